@@ -1,0 +1,63 @@
+"""Jinja filters over the core: inventory extraction and shell rendering."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _CORE not in sys.path:
+    sys.path.insert(0, _CORE)
+
+from trainops.cluster import cluster_from_hosts  # noqa: E402
+from trainops.errors import PlanError  # noqa: E402
+
+#: Inventory variables the planner reads from each node.
+NODE_KEYS = ("ansible_host", "slots", "accelerator", "master", "node_addr", "accelerator_card")
+
+
+def inventory_nodes(hostnames: Sequence[str], hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The planner's view of each node: its name and the inventory keys it reads."""
+    nodes = []
+    for name in hostnames:
+        hv = hostvars[name]
+        node = {"name": name}
+        for key in NODE_KEYS:
+            if key in hv:
+                node[key] = hv[key]
+        nodes.append(node)
+    return nodes
+
+
+def inventory_problems(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every problem of the node list (empty when it is valid)."""
+    try:
+        cluster_from_hosts(nodes)
+    except PlanError as exc:
+        return exc.problems
+    return []
+
+
+def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
+    """Quote an argument vector for bash, one ``--flag value...`` group per continued line."""
+    groups: list[list[str]] = []
+    for arg in args:
+        if arg.startswith("--") or not groups:
+            groups.append([])
+        groups[-1].append(shlex.quote(str(arg)))
+    pad = " " * indent
+    return " \\\n".join(pad + " ".join(group) for group in groups)
+
+
+class FilterModule:
+    """mtt-train-ops filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "trainops_inventory_nodes": inventory_nodes,
+            "trainops_inventory_problems": inventory_problems,
+            "trainops_shell_arg_lines": shell_arg_lines,
+        }

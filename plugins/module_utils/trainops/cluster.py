@@ -1,0 +1,155 @@
+"""The cluster as the planner sees it: ordered nodes, their cards, the master.
+
+Built from inventory data (a list of host mappings, in ``nodes`` group order).
+The master is the first node unless exactly one sets ``master: true``; node
+ranks follow inventory order with the master moved to rank 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import PlanError
+
+ACCELERATORS = ("musa", "cuda", "cpu")
+
+#: Card facts by card name. ``memory_gib`` is the usable framebuffer,
+#: ``peak_bf16_tflops`` the dense BF16 peak used for MFU and the cost model,
+#: ``intra_busbw_gbps`` an all-reduce bus bandwidth inside one node.
+#: Peaks and bandwidths are stated assumptions: override them per site.
+CARDS: dict[str, dict[str, float]] = {
+    # 80 GiB; 465 TFLOP/s is the peak some vendor builds divide by for MFU;
+    # 234 GB/s is a public 8-card MCCL all-reduce measurement at 1 GiB.
+    "S5000": {"memory_gib": 80, "peak_bf16_tflops": 465, "intra_busbw_gbps": 234},
+    "S4000": {"memory_gib": 48, "peak_bf16_tflops": 100, "intra_busbw_gbps": 100},
+    "H100": {"memory_gib": 80, "peak_bf16_tflops": 989, "intra_busbw_gbps": 360},
+    "H200": {"memory_gib": 141, "peak_bf16_tflops": 989, "intra_busbw_gbps": 360},
+    # The CPU testbed: a nominal card so that the whole lifecycle can run.
+    "cpu": {"memory_gib": 16, "peak_bf16_tflops": 1, "intra_busbw_gbps": 5},
+}
+DEFAULT_CARD = {"musa": "S5000", "cuda": "H100", "cpu": "cpu"}
+#: Per-card share of the inter-node network (GB/s), e.g. one 200 Gb/s NIC per card.
+DEFAULT_INTER_BUSBW_GBPS = 25.0
+
+
+@dataclass(frozen=True)
+class Node:
+    """One host of the ``nodes`` group."""
+
+    name: str
+    addr: str
+    slots: int
+    node_rank: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes in rank order (master first) and the facts of their cards."""
+
+    nodes: tuple[Node, ...]
+    accelerator: str
+    card: str
+    memory_gib: float
+    peak_bf16_tflops: float
+    intra_busbw_gbps: float
+    inter_busbw_gbps: float
+
+    @property
+    def master(self) -> Node:
+        return self.nodes[0]
+
+    @property
+    def world_size(self) -> int:
+        return sum(n.slots for n in self.nodes)
+
+    @property
+    def slots_per_node(self) -> int:
+        """The smallest node's card count: the size a group can span inside one node."""
+        return min(n.slots for n in self.nodes)
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def cluster_from_hosts(
+    hosts: Sequence[Mapping[str, Any]],
+    accelerator_memory_gib: float | None = None,
+    accelerator_peak_tflops: float | None = None,
+    inter_busbw_gbps: float | None = None,
+) -> Cluster:
+    """Build the cluster from inventory hosts (``name``, ``ansible_host``, ``slots``, ...).
+
+    Every problem is collected and raised together as :class:`PlanError`.
+    """
+    problems: list[str] = []
+    if not hosts:
+        raise PlanError(["the inventory group 'nodes' is empty; add at least one host"])
+    parsed = []
+    for host in hosts:
+        name = str(host.get("name") or host.get("inventory_hostname") or "?")
+        addr = host.get("node_addr") or host.get("ansible_host") or name
+        slots = _positive_int(host.get("slots", 8))
+        if slots is None or not 1 <= slots <= 16:
+            problems.append(f"node {name}: slots must be an integer 1..16, got {host.get('slots')!r}")
+            slots = 1
+        accel = host.get("accelerator", "musa")
+        if accel not in ACCELERATORS:
+            problems.append(f"node {name}: accelerator {accel!r} is unknown; use one of {', '.join(ACCELERATORS)}")
+        master = host.get("master", False)
+        if not isinstance(master, bool):
+            problems.append(f"node {name}: master must be true or false, got {master!r}")
+        parsed.append((name, str(addr), slots, accel, master is True, host.get("accelerator_card")))
+
+    masters = [p[0] for p in parsed if p[4]]
+    if len(masters) > 1:
+        problems.append(f"more than one node sets master: true ({', '.join(masters)}); keep one")
+    seen: dict[str, str] = {}
+    for name, addr, *_ in parsed:
+        if addr in seen:
+            problems.append(f"nodes {seen[addr]} and {name} share the address {addr}")
+        seen.setdefault(addr, name)
+    accels = sorted({p[3] for p in parsed})
+    if len(accels) > 1:
+        problems.append(f"nodes mix accelerators {accels}; one job runs on one kind")
+    cards = sorted({str(p[5] or DEFAULT_CARD.get(p[3], "")) for p in parsed})
+    if len(cards) > 1:
+        problems.append(f"nodes mix cards {cards}; one job runs on one kind")
+    card = cards[0] if cards else ""
+    if card not in CARDS and accelerator_memory_gib is None:
+        problems.append(
+            f"card {card!r} has no known memory size; set accelerator_memory_gib (known cards: {', '.join(CARDS)})"
+        )
+    if problems:
+        raise PlanError(problems)
+
+    if masters:
+        parsed.sort(key=lambda p: not p[4])  # stable: the master first, others keep order
+    nodes = tuple(Node(name=p[0], addr=p[1], slots=p[2], node_rank=i) for i, p in enumerate(parsed))
+    facts = CARDS.get(card, CARDS["cpu"])
+    return Cluster(
+        nodes=nodes,
+        accelerator=parsed[0][3],
+        card=card,
+        memory_gib=float(accelerator_memory_gib or facts["memory_gib"]),
+        peak_bf16_tflops=float(accelerator_peak_tflops or facts["peak_bf16_tflops"]),
+        intra_busbw_gbps=float(facts["intra_busbw_gbps"]),
+        inter_busbw_gbps=float(inter_busbw_gbps or DEFAULT_INTER_BUSBW_GBPS),
+    )
+
+
+def uniform_cluster(num_nodes: int, slots: int, accelerator: str = "musa", **kwargs: Any) -> Cluster:
+    """A cluster of ``num_nodes`` identical nodes (benchmarks, tests, what-if planning)."""
+    hosts = [
+        {"name": f"node{i + 1}", "ansible_host": f"node{i + 1}", "slots": slots, "accelerator": accelerator}
+        for i in range(num_nodes)
+    ]
+    return cluster_from_hosts(hosts, **kwargs)

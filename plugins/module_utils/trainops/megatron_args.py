@@ -1,0 +1,220 @@
+"""The exact argument vector of Megatron-LM's ``pretrain_gpt.py`` for a layout.
+
+Every value comes from the model preset, the validated layout, the training
+hyper-parameters and the run's paths; nothing is typed twice. Flags that only
+make sense for some layouts (uneven pipeline stages, sequence parallel, FP8)
+appear only then, so no hand edit is ever needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .layout import Layout
+from .model import ModelSpec
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Optimiser and schedule; defaults are the vendor's Llama3-8B script's."""
+
+    lr: float = 1.5e-5
+    min_lr: float = 1.5e-6
+    lr_decay_style: str = "cosine"
+    #: None: 2000 (the vendor's), capped at a tenth of train_iters for short runs.
+    lr_warmup_iters: int | None = None
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    clip_grad: float = 1.0
+    seed: int = 42
+    log_interval: int = 1
+    save_interval: int = 1000
+    eval_interval: int = 1000
+    eval_iters: int = 10
+    split: str = "1"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where the data, tokenizer, checkpoints and TensorBoard files are, inside the container."""
+
+    data_path: str
+    tokenizer_model: str
+    tokenizer_type: str
+    checkpoint_dir: str
+    tensorboard_dir: str
+
+
+def _num(value: float) -> str:
+    """Render a number as Megatron's argparse reads it back unchanged."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def build_megatron_args(
+    model: ModelSpec, layout: Layout, paths: RunPaths, training: TrainingConfig | None = None
+) -> list[str]:
+    """The argument list of ``pretrain_gpt.py`` (without the program name)."""
+    t = training or TrainingConfig()
+    req = layout.request
+    args: list[str] = [
+        "--num-layers",
+        str(model.num_layers),
+        "--hidden-size",
+        str(model.hidden_size),
+        "--ffn-hidden-size",
+        str(model.ffn_hidden_size),
+        "--num-attention-heads",
+        str(model.num_attention_heads),
+    ]
+    if model.group_query_attention:
+        args += ["--group-query-attention", "--num-query-groups", str(model.query_groups)]
+    if model.kv_channels:
+        args += ["--kv-channels", str(model.kv_channels)]
+    args += [
+        "--seq-length",
+        str(layout.seq_length),
+        "--max-position-embeddings",
+        str(model.max_position_embeddings),
+        "--position-embedding-type",
+        model.position_embedding_type,
+    ]
+    if model.position_embedding_type == "rope":
+        args += ["--rotary-base", str(model.rotary_base), "--no-position-embedding"]
+    if model.swiglu:
+        args.append("--swiglu")
+    args += ["--normalization", model.normalization, "--norm-epsilon", _num(model.norm_epsilon)]
+    if model.untie_embeddings_and_output_weights:
+        args.append("--untie-embeddings-and-output-weights")
+    if not model.add_bias_linear:
+        args.append("--disable-bias-linear")
+    args += [
+        "--attention-dropout",
+        "0.0",
+        "--hidden-dropout",
+        "0.0",
+        "--init-method-std",
+        _num(model.init_method_std),
+        "--seed",
+        str(t.seed),
+    ]
+
+    # Parallelism: only what the layout needs.
+    args += [
+        "--tensor-model-parallel-size",
+        str(layout.tp),
+        "--pipeline-model-parallel-size",
+        str(layout.pp),
+    ]
+    if layout.cp > 1:
+        args += ["--context-parallel-size", str(layout.cp)]
+    if layout.vpp:
+        args += ["--num-virtual-stages-per-pipeline-rank", str(layout.vpp)]
+    if layout.decoder_first_pipeline_num_layers is not None:
+        args += ["--decoder-first-pipeline-num-layers", str(layout.decoder_first_pipeline_num_layers)]
+    if layout.decoder_last_pipeline_num_layers is not None:
+        args += ["--decoder-last-pipeline-num-layers", str(layout.decoder_last_pipeline_num_layers)]
+    if layout.sequence_parallel:
+        args.append("--sequence-parallel")
+    if req.distributed_optimizer:
+        args.append("--use-distributed-optimizer")
+    args += ["--distributed-backend", "nccl"]
+
+    args += [
+        "--micro-batch-size",
+        str(layout.micro_batch_size),
+        "--global-batch-size",
+        str(layout.global_batch_size),
+        "--train-iters",
+        str(req.train_iters),
+    ]
+
+    # Precision.
+    args += ["--bf16", "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32"]
+    if req.precision == "fp8":
+        args += ["--transformer-impl", "transformer_engine", "--fp8-format", "hybrid"]
+        if req.distributed_optimizer:
+            args.append("--fp8-param-gather")
+    else:
+        args += ["--transformer-impl", "local"]
+    if req.flash_attention:
+        args.append("--use-flash-attn")
+    if req.recompute == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif req.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+
+    args += [
+        "--lr",
+        _num(t.lr),
+        "--min-lr",
+        _num(t.min_lr),
+        "--lr-decay-style",
+        t.lr_decay_style,
+        "--lr-warmup-iters",
+        str(warmup_iters(t, req.train_iters)),
+        "--weight-decay",
+        _num(t.weight_decay),
+        "--adam-beta1",
+        _num(t.adam_beta1),
+        "--adam-beta2",
+        _num(t.adam_beta2),
+        "--clip-grad",
+        _num(t.clip_grad),
+    ]
+
+    args += [
+        "--data-path",
+        paths.data_path,
+        "--split",
+        t.split,
+        "--tokenizer-type",
+        paths.tokenizer_type,
+        "--tokenizer-model",
+        paths.tokenizer_model,
+    ]
+    if paths.tokenizer_type == "TikTokenizer":
+        pattern = str(model.tokenizer_options.get("tiktoken_pattern", "v2"))
+        args += ["--tiktoken-pattern", pattern]
+        special = model.tokenizer_options.get("tiktoken_num_special_tokens")
+        if special is not None:
+            args += ["--tiktoken-num-special-tokens", str(special)]
+
+    args += [
+        "--log-interval",
+        str(t.log_interval),
+        "--log-throughput",
+        "--tensorboard-dir",
+        paths.tensorboard_dir,
+        "--eval-interval",
+        str(t.eval_interval),
+        "--eval-iters",
+        str(t.eval_iters),
+        "--save",
+        paths.checkpoint_dir,
+        "--load",
+        paths.checkpoint_dir,
+        "--save-interval",
+        str(t.save_interval),
+    ]
+    return args
+
+
+def warmup_iters(training: TrainingConfig, train_iters: int) -> int:
+    """The warm-up actually used."""
+    if training.lr_warmup_iters is not None:
+        return training.lr_warmup_iters
+    return min(2000, train_iters // 10)
+
+
+def check_training(training: TrainingConfig, train_iters: int) -> list[str]:
+    """Problems Megatron's LR scheduler would raise at start-up."""
+    problems = []
+    if training.lr_warmup_iters is not None and training.lr_warmup_iters >= train_iters:
+        problems.append(
+            f"lr_warmup_iters={training.lr_warmup_iters} must be below train_iters={train_iters} "
+            f"(Megatron's scheduler asserts it); use lr_warmup_iters <= {max(0, train_iters - 1)}"
+        )
+    if training.min_lr > training.lr:
+        problems.append(f"min_lr={training.min_lr} is above lr={training.lr}")
+    return problems

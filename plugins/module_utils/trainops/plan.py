@@ -1,0 +1,343 @@
+"""From inventory, ``-e`` values and a model preset to ``plan.json``.
+
+:func:`make_plan` is the single entry point the ``megatron_layout`` module
+calls. It validates everything (raising :class:`PlanError` with every
+problem), derives the layout, estimates memory and FLOPs, builds the Megatron
+argument vector, and returns a JSON-ready mapping plus a readable summary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
+from typing import Any
+
+from .cluster import Cluster, cluster_from_hosts
+from .errors import PlanError
+from .flops import flops_per_iteration, flops_per_token
+from .layout import Layout, LayoutRequest, plan_layout
+from .megatron_args import RunPaths, TrainingConfig, build_megatron_args, check_training
+from .memory import GIB, estimate_stages, megatron_theoretical
+from .model import ModelSpec, model_from_dict
+from .recommend import describe, memory_limit_gib, recommend
+from .tokenizer import TYPES as TOKENIZER_TYPES
+from .tokenizer import TokenizerFormatError, detect_tokenizer_type
+
+DEFAULT_HEADROOM = 0.10
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def _coerce(kind: str, key: str, value: Any, problems: list[str]) -> Any:
+    """Turn ``-e`` strings into the field's type; record a problem when impossible."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+        return None
+    base = kind.replace(" | None", "")
+    try:
+        if base == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in _TRUE or text in _FALSE:
+                return text in _TRUE
+            raise ValueError
+        if base == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(str(value).strip()) if isinstance(value, str) else int(value)
+        if base == "float":
+            return float(value)
+        if base == "str":
+            return str(value)
+    except (TypeError, ValueError):
+        problems.append(f"{key} must be {'an integer' if base == 'int' else 'a ' + base}, got {value!r}")
+        return None
+    return value
+
+
+def _dataclass_from(cls, values: Mapping[str, Any], problems: list[str], what: str):
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(k for k in values if k not in known)
+    if unknown:
+        problems.append(f"unknown {what} option(s) {unknown}; known: {sorted(known)}")
+    kwargs = {}
+    for key, value in values.items():
+        if key in known:
+            coerced = _coerce(str(known[key].type), key, value, problems)
+            if coerced is not None:
+                kwargs[key] = coerced
+    return cls(**kwargs)
+
+
+def resolve_tokenizer_type(explicit: str | None, path: str, model: ModelSpec) -> tuple[str, str]:
+    """(type, how it was chosen): explicit, detected from a readable file, or the preset's."""
+    if explicit:
+        if explicit not in TOKENIZER_TYPES:
+            raise PlanError([f"tokenizer_type {explicit!r} is unknown; use one of {', '.join(TOKENIZER_TYPES)}"])
+        return explicit, "given"
+    if os.path.exists(path):
+        try:
+            return detect_tokenizer_type(path), f"detected from {path}"
+        except (TokenizerFormatError, OSError) as exc:
+            raise PlanError([f"tokenizer {path}: {exc}; give tokenizer_type explicitly"]) from None
+    return model.tokenizer_type, f"from model preset {model.name} (file not on the controller, not checked)"
+
+
+def memory_report(model: ModelSpec, cluster: Cluster, layout: Layout, headroom: float) -> dict[str, Any]:
+    """Per-stage estimate, the most loaded stage, and Megatron's own theoretical figure."""
+    req = layout.request
+    stages = estimate_stages(
+        model,
+        stage_layers=layout.stage_layers,
+        tp=layout.tp,
+        cp=layout.cp,
+        vpp=layout.vpp,
+        dp=layout.dp,
+        micro_batch_size=layout.micro_batch_size,
+        seq_length=layout.seq_length,
+        padded_vocab=layout.padded_vocab,
+        num_microbatches=layout.num_microbatches,
+        distributed_optimizer=req.distributed_optimizer,
+        sequence_parallel=layout.sequence_parallel,
+        recompute=req.recompute,
+        flash_attention=req.flash_attention,
+    )
+    worst = max(stages, key=lambda st: st.total)
+    limit = memory_limit_gib(cluster, headroom)
+    theory = megatron_theoretical(
+        model,
+        tp=layout.tp,
+        pp=layout.pp,
+        vpp=layout.vpp,
+        dp=layout.dp,
+        micro_batch_size=layout.micro_batch_size,
+        seq_length=layout.seq_length,
+        padded_vocab=layout.padded_vocab,
+        num_microbatches=layout.num_microbatches,
+        distributed_optimizer=req.distributed_optimizer,
+    )
+    return {
+        "weights_and_optimizer": round(worst.weights_and_optimizer / GIB, 3),
+        "activations": round(worst.activations / GIB, 3),
+        "total": round(worst.total / GIB, 3),
+        "card": cluster.memory_gib,
+        "limit": round(limit, 3),
+        "headroom_fraction": headroom,
+        "fits": worst.total / GIB <= limit,
+        "most_loaded_stage": worst.stage,
+        "stages": [
+            {
+                "stage": st.stage,
+                "layers": st.layers,
+                "weights_and_optimizer": round(st.weights_and_optimizer / GIB, 3),
+                "activations": round(st.activations / GIB, 3),
+                "total": round(st.total / GIB, 3),
+            }
+            for st in stages
+        ],
+        "megatron_theoretical": {
+            "weights_and_optimizer": round(theory["weight_and_optimizer"] / GIB, 3),
+            "activations_selective_sp": round(theory["activation"] / GIB, 3),
+        },
+    }
+
+
+def make_plan(
+    *,
+    model: Mapping[str, Any],
+    hosts: Sequence[Mapping[str, Any]],
+    layout: Mapping[str, Any],
+    training: Mapping[str, Any] | None = None,
+    work_home: str = "/data/mtt-train-ops",
+    data_path: str = "/data/datasets/llama3_text_document",
+    tokenizer_path: str = "/data/llama3-tokenizer/tokenizer.model",
+    tokenizer_type: str | None = None,
+    run_id: str = "run",
+    master_port: int = 14388,
+    accelerator_memory_gib: float | None = None,
+    accelerator_peak_tflops: float | None = None,
+    memory_headroom_fraction: float = DEFAULT_HEADROOM,
+    force: bool = False,
+    want_recommendations: bool = False,
+) -> dict[str, Any]:
+    """Validate and derive the whole plan; raise :class:`PlanError` listing every problem."""
+    problems: list[str] = []
+    spec = cluster = None
+    try:
+        spec = model_from_dict(model)
+    except PlanError as exc:
+        problems += exc.problems
+    try:
+        cluster = cluster_from_hosts(hosts, accelerator_memory_gib, accelerator_peak_tflops)
+    except PlanError as exc:
+        problems += exc.problems
+    request = _dataclass_from(LayoutRequest, layout, problems, "layout")
+    train_cfg = _dataclass_from(TrainingConfig, training or {}, problems, "training")
+    if not 0 <= memory_headroom_fraction < 1:
+        problems.append(f"memory_headroom_fraction must be in [0, 1), got {memory_headroom_fraction}")
+    if not isinstance(master_port, int) or not 1024 <= master_port <= 65535:
+        problems.append(f"master_port must be an integer 1024..65535, got {master_port!r}")
+    if spec is not None and cluster is not None:
+        try:
+            lay = plan_layout(spec, cluster, request)
+        except PlanError as exc:
+            problems += exc.problems
+            lay = None
+    else:
+        lay = None
+    if isinstance(request.train_iters, int):
+        problems += check_training(train_cfg, request.train_iters)
+    if problems or lay is None or spec is None or cluster is None:
+        raise PlanError(problems)
+
+    tok_type, tok_source = resolve_tokenizer_type(tokenizer_type, tokenizer_path, spec)
+    memory = memory_report(spec, cluster, lay, memory_headroom_fraction)
+    recommendations = None
+    if want_recommendations or not memory["fits"]:
+        ranked = recommend(spec, cluster, request, lay.global_batch_size, memory_headroom_fraction)
+        recommendations = [describe(i + 1, est) for i, est in enumerate(ranked)]
+    if not memory["fits"] and not force:
+        better = [r for r in (recommendations or []) if r["fits"]][:3]
+        hint = (
+            "; ".join(
+                f"tp={r['tp']} pp={r['pp']}" + (f" vpp={r['vpp']}" if r["vpp"] else "") + f" mbs={r['mbs']} "
+                f"({r['memory_gib']} GiB)"
+                for r in better
+            )
+            or "none at this global batch; try recompute=full or more nodes"
+        )
+        raise PlanError(
+            [
+                f"layout {lay.exp_name} needs {memory['total']} GiB per card on stage {memory['most_loaded_stage']} "
+                f"(weights+optimizer {memory['weights_and_optimizer']}, activations {memory['activations']}) but the "
+                f"{cluster.card} allows {memory['limit']} GiB ({cluster.memory_gib} GiB minus "
+                f"{memory_headroom_fraction:.0%} headroom); layouts that fit: {hint}; or pass -e force=true"
+            ]
+        )
+
+    exp = lay.exp_name
+    run_dir = f"{work_home.rstrip('/')}/runs/{exp}/{run_id}"
+    paths = RunPaths(
+        data_path=data_path,
+        tokenizer_model=tokenizer_path,
+        tokenizer_type=tok_type,
+        checkpoint_dir=f"{work_home.rstrip('/')}/checkpoints/{exp}",
+        tensorboard_dir=f"{run_dir}/tensorboard",
+    )
+    flops = flops_per_iteration(spec, lay.seq_length, lay.padded_vocab, lay.global_batch_size)
+    plan: dict[str, Any] = {
+        "model": spec.name,
+        "accelerator": cluster.accelerator,
+        "card": cluster.card,
+        "world_size": lay.world_size,
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "vpp": lay.vpp,
+        "dp": lay.dp,
+        "micro_batch_size": lay.micro_batch_size,
+        "num_microbatches": lay.num_microbatches,
+        "global_batch_size": lay.global_batch_size,
+        "seq_length": lay.seq_length,
+        "train_iters": request.train_iters,
+        "precision": request.precision,
+        "recompute": request.recompute,
+        "sequence_parallel": lay.sequence_parallel,
+        "distributed_optimizer": request.distributed_optimizer,
+        "padded_vocab_size": lay.padded_vocab,
+        "stage_layers": list(lay.stage_layers),
+        "decoder_first_pipeline_num_layers": lay.decoder_first_pipeline_num_layers,
+        "decoder_last_pipeline_num_layers": lay.decoder_last_pipeline_num_layers,
+        "memory_gib": memory,
+        "flops_per_iteration": flops["causal"],
+        "flops_per_iteration_full_attention": flops["full"],
+        "flops_convention": "causal (Megatron core >= 0.12); the full-attention count is given beside it",
+        "flops_per_token": flops_per_token(spec, lay.seq_length, lay.padded_vocab),
+        "tokens_per_iteration": lay.global_batch_size * lay.seq_length,
+        "exp_name": exp,
+        "run_id": run_id,
+        "run_dir": run_dir,
+        "work_home": work_home,
+        "checkpoint_dir": paths.checkpoint_dir,
+        "tensorboard_dir": paths.tensorboard_dir,
+        "data_path": data_path,
+        "tokenizer_path": tokenizer_path,
+        "tokenizer_type": tok_type,
+        "tokenizer_type_source": tok_source,
+        "master_addr": cluster.master.addr,
+        "master_port": master_port,
+        "master": cluster.master.name,
+        "nodes": [asdict(n) for n in cluster.nodes],
+        "last_rank": {
+            "node": cluster.nodes[-1].name,
+            "local_rank": cluster.nodes[-1].slots - 1,
+            "global_rank": lay.world_size - 1,
+        },
+        "megatron_version": request.megatron_version,
+        "megatron_args": build_megatron_args(spec, lay, paths, train_cfg),
+        "warnings": list(lay.warnings) + ([] if memory["fits"] else ["forced: the layout does not fit"]),
+        "forced": bool(force and not memory["fits"]),
+    }
+    plan["summary"] = summary_lines(plan)
+    if recommendations is not None:
+        plan["recommendations"] = recommendations
+        plan["recommendation_table"] = recommendation_lines(recommendations)
+    return plan
+
+
+def _stage_text(plan: Mapping[str, Any]) -> str:
+    flags = []
+    if plan["decoder_first_pipeline_num_layers"] is not None:
+        flags.append(f"--decoder-first-pipeline-num-layers {plan['decoder_first_pipeline_num_layers']}")
+    if plan["decoder_last_pipeline_num_layers"] is not None:
+        flags.append(f"--decoder-last-pipeline-num-layers {plan['decoder_last_pipeline_num_layers']}")
+    layers = "/".join(str(n) for n in plan["stage_layers"])
+    return f"{layers}" + (f" ({', '.join(flags)})" if flags else " (even split, no stage flags)")
+
+
+def summary_lines(plan: Mapping[str, Any]) -> list[str]:
+    """The readable plan summary printed by plan.yml and train.yml."""
+    mem = plan["memory_gib"]
+    nodes = ", ".join(f"{n['name']}={n['addr']}x{n['slots']}" for n in plan["nodes"])
+    lines = [
+        f"experiment   {plan['exp_name']}  (model {plan['model']}, {plan['precision']}, recompute {plan['recompute']})",
+        f"cluster      {len(plan['nodes'])} node(s) [{nodes}], {plan['world_size']} x {plan['card']}; "
+        f"master {plan['master']} {plan['master_addr']}:{plan['master_port']}",
+        f"layout       tp={plan['tp']} pp={plan['pp']} cp={plan['cp']} vpp={plan['vpp'] or '-'} dp={plan['dp']} "
+        f"sequence-parallel={'on' if plan['sequence_parallel'] else 'off'}",
+        f"batch        mbs={plan['micro_batch_size']} x micro-batches={plan['num_microbatches']} x dp={plan['dp']} "
+        f"= gbs {plan['global_batch_size']}; seq {plan['seq_length']}; {plan['train_iters']} iterations",
+        f"stages       layers per pipeline stage {_stage_text(plan)}",
+        f"memory       {mem['total']:.1f} GiB per card on stage {mem['most_loaded_stage']} "
+        f"(weights+optimizer {mem['weights_and_optimizer']:.1f} + activations {mem['activations']:.1f}) "
+        f"of {mem['card']:g} GiB, limit {mem['limit']:.1f}: {'fits' if mem['fits'] else 'DOES NOT FIT'}",
+        f"compute      {plan['flops_per_iteration'] / 1e15:.2f} PFLOP/iteration (causal; "
+        f"{plan['flops_per_iteration_full_attention'] / 1e15:.2f} full-attention), "
+        f"{plan['tokens_per_iteration']:,} tokens/iteration",
+        f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']})",
+        f"run dir      {plan['run_dir']}",
+        f"progress     read from the last rank: node {plan['last_rank']['node']} local rank "
+        f"{plan['last_rank']['local_rank']} (global {plan['last_rank']['global_rank']})",
+    ]
+    lines += [f"warning      {w}" for w in plan["warnings"]]
+    return lines
+
+
+def recommendation_lines(rows: Sequence[Mapping[str, Any]], limit: int = 15) -> list[str]:
+    """The ranked table of layouts, best first."""
+    out = [
+        f"{'#':>3} {'tp':>3} {'pp':>3} {'vpp':>3} {'dp':>4} {'mbs':>3} {'mb':>5} {'GiB':>7} "
+        f"{'fits':>4} {'tok/s/card':>10}  where the time goes"
+    ]
+    for row in rows[:limit]:
+        out.append(
+            f"{row['rank']:>3} {row['tp']:>3} {row['pp']:>3} {row['vpp'] or '-':>3} {row['dp']:>4} {row['mbs']:>3} "
+            f"{row['num_microbatches']:>5} {row['memory_gib']:>7.1f} {'yes' if row['fits'] else 'NO':>4} "
+            f"{row['tokens_per_s_per_card']:>10.0f}  {row['why']}"
+        )
+    if len(rows) > limit:
+        out.append(f"... {len(rows) - limit} more in recommendations.json")
+    return out

@@ -1,0 +1,192 @@
+#!/usr/bin/python
+"""Ansible module: validate a Megatron-LM layout and derive the whole launch plan."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: megatron_layout
+short_description: Validate a Megatron-LM parallel layout and derive its launch plan
+description:
+  - Derives world size, data parallel size, global batch and micro-batches, padded vocabulary, the layers of
+    every pipeline stage, memory per card, FLOPs and tokens per iteration, and the exact argument vector of
+    Megatron-LM's C(pretrain_gpt.py), from the inventory's nodes, a model preset and the requested layout.
+  - Checks everything Megatron's C(validate_args) checks for these values and fails listing every problem at
+    once, each with the valid alternatives. Nothing on any node is touched; run it on the controller.
+  - A layout whose most loaded pipeline stage does not fit the card's memory minus the headroom is refused
+    unless O(force=true).
+version_added: "0.1.0"
+author: mtt-train-ops
+options:
+  model:
+    description: The model preset (the mapping of C(models/<name>.yml)).
+    type: dict
+    required: true
+  hosts:
+    description:
+      - The C(nodes) group's hosts in inventory order, each a mapping with C(name), C(ansible_host), C(slots),
+        C(accelerator), and optionally C(master), C(node_addr), C(accelerator_card).
+    type: list
+    elements: dict
+    required: true
+  layout:
+    description:
+      - The requested layout. Keys C(tp), C(pp), C(cp), C(vpp), C(mbs), C(num_microbatches) or C(gbs),
+        C(seq_length), C(precision) (bf16 or fp8), C(recompute) (none, selective, full),
+        C(distributed_optimizer), C(sequence_parallel), C(flash_attention), C(megatron_version),
+        C(first_stage_layers), C(last_stage_layers), C(train_iters). Strings from C(-e) are converted.
+    type: dict
+    default: {}
+  training:
+    description: Optimiser overrides (C(lr), C(min_lr), C(lr_warmup_iters), C(weight_decay), C(save_interval), ...).
+    type: dict
+    default: {}
+  work_home:
+    description: Directory inside the containers that holds runs and checkpoints (the same path on every node).
+    type: str
+    default: /data/mtt-train-ops
+  data_path:
+    description: Megatron data prefix (without C(.bin)/C(.idx)).
+    type: str
+    default: /data/datasets/llama3_text_document
+  tokenizer_path:
+    description: Tokenizer file or directory inside the containers.
+    type: str
+    default: /data/llama3-tokenizer/tokenizer.model
+  tokenizer_type:
+    description:
+      - Megatron tokenizer type. When omitted it is detected from the file if the controller can read it,
+        else taken from the model preset.
+    type: str
+    choices: [TikTokenizer, SentencePieceTokenizer, HuggingFaceTokenizer]
+  run_id:
+    description: The run's identifier (a timestamp); names the run directory and the torchrun run id.
+    type: str
+    required: true
+  master_port:
+    description: The rendezvous port on the master.
+    type: int
+    default: 14388
+  accelerator_memory_gib:
+    description: Memory of one card in GiB; defaults by card (S5000 80, S4000 48, H100 80, H200 141).
+    type: float
+  accelerator_peak_tflops:
+    description: Dense BF16 peak of one card, for the cost model and MFU.
+    type: float
+  memory_headroom_fraction:
+    description: Share of the card kept free for the allocator, workspaces and FP8 buffers.
+    type: float
+    default: 0.1
+  force:
+    description: Accept a layout that does not fit in memory.
+    type: bool
+    default: false
+  recommend:
+    description: Also rank every valid layout of the cluster by estimated tokens/s per card.
+    type: bool
+    default: false
+notes:
+  - Runs no command and changes nothing; supports check mode.
+"""
+
+EXAMPLES = r"""
+- name: Plan Llama3-8B on the inventory's nodes with TP=1, PP=2
+  megatron_layout:
+    model: "{{ lookup('ansible.builtin.file', 'models/llama3-8b.yml') | from_yaml }}"
+    hosts: "{{ groups['nodes'] | trainops_inventory_nodes(hostvars) }}"
+    layout: {tp: 1, pp: 2, mbs: 1, num_microbatches: 128}
+    run_id: "20261130-101500"
+  register: plan
+
+- name: Show the summary
+  ansible.builtin.debug:
+    msg: "{{ plan.plan.summary }}"
+"""
+
+RETURN = r"""
+plan:
+  description: Everything derived; written as plan.json by plan.yml.
+  returned: success
+  type: dict
+  contains:
+    world_size: {description: Cards in the job., type: int, sample: 16}
+    dp: {description: Data-parallel size., type: int, sample: 8}
+    global_batch_size: {description: Sequences per iteration., type: int, sample: 1024}
+    stage_layers: {description: Layers of every pipeline stage., type: list, elements: int, sample: [17, 15]}
+    memory_gib:
+      description: Memory estimate of the most loaded stage, per stage, and Megatron's own figure.
+      type: dict
+    flops_per_iteration: {description: Model FLOPs of one iteration (causal attention convention)., type: float}
+    tokens_per_iteration: {description: Tokens of one iteration., type: int, sample: 4194304}
+    exp_name: {description: Experiment name., type: str, sample: tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16}
+    megatron_args: {description: The exact argument vector of pretrain_gpt.py., type: list, elements: str}
+    nodes: {description: Nodes in rank order (master first) with name, addr, slots, node_rank., type: list}
+    summary: {description: Readable summary lines., type: list, elements: str}
+    recommendations:
+      description: Ranked layouts (with recommend=true, or when the layout does not fit).
+      type: list
+problems:
+  description: Every problem found, when the layout is refused.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402  (after the documentation, as Ansible expects)
+from ansible.module_utils.trainops.errors import PlanError  # noqa: E402
+from ansible.module_utils.trainops.plan import make_plan  # noqa: E402
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "model": {"type": "dict", "required": True},
+            "hosts": {"type": "list", "elements": "dict", "required": True},
+            "layout": {"type": "dict", "default": {}},
+            "training": {"type": "dict", "default": {}},
+            "work_home": {"type": "str", "default": "/data/mtt-train-ops"},
+            "data_path": {"type": "str", "default": "/data/datasets/llama3_text_document"},
+            "tokenizer_path": {"type": "str", "default": "/data/llama3-tokenizer/tokenizer.model"},
+            "tokenizer_type": {
+                "type": "str",
+                "choices": ["TikTokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer"],
+            },
+            "run_id": {"type": "str", "required": True},
+            "master_port": {"type": "int", "default": 14388},
+            "accelerator_memory_gib": {"type": "float"},
+            "accelerator_peak_tflops": {"type": "float"},
+            "memory_headroom_fraction": {"type": "float", "default": 0.1},
+            "force": {"type": "bool", "default": False},
+            "recommend": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        plan = make_plan(
+            model=p["model"],
+            hosts=p["hosts"],
+            layout=p["layout"],
+            training=p["training"],
+            work_home=p["work_home"],
+            data_path=p["data_path"],
+            tokenizer_path=p["tokenizer_path"],
+            tokenizer_type=p["tokenizer_type"],
+            run_id=p["run_id"],
+            master_port=p["master_port"],
+            accelerator_memory_gib=p["accelerator_memory_gib"],
+            accelerator_peak_tflops=p["accelerator_peak_tflops"],
+            memory_headroom_fraction=p["memory_headroom_fraction"],
+            force=p["force"],
+            want_recommendations=p["recommend"],
+        )
+    except PlanError as exc:
+        module.fail_json(
+            msg=f"the layout is refused ({len(exc.problems)} problem(s)); nothing was written:\n{exc}",
+            problems=exc.problems,
+        )
+    module.exit_json(changed=False, plan=plan)
+
+
+if __name__ == "__main__":
+    main()
