@@ -22,7 +22,7 @@ from .model import ModelSpec
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 #: How much slower than the best split an even split may be and still be chosen.
-BALANCE_TOLERANCE = 0.02
+BALANCE_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)

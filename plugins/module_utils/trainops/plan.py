@@ -33,9 +33,11 @@ _FALSE = ("false", "no", "off", "0")
 
 def _coerce(kind: str, key: str, value: Any, problems: list[str]) -> Any:
     """Turn ``-e`` strings into the field's type; record a problem when impossible."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
-        return None
     base = kind.replace(" | None", "")
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return None
+    if base != "str" and isinstance(value, str) and value.strip().lower() in ("none", "null"):
+        return None
     try:
         if base == "bool":
             if isinstance(value, bool):

@@ -1,0 +1,44 @@
+"""Shared test set-up: the core on sys.path, model presets and clusters."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+
+from trainops.cluster import uniform_cluster  # noqa: E402
+from trainops.model import model_from_dict  # noqa: E402
+
+
+def load_preset(name: str) -> dict:
+    return yaml.safe_load((ROOT / "models" / f"{name}.yml").read_text())
+
+
+@pytest.fixture(scope="session")
+def llama8b():
+    return model_from_dict(load_preset("llama3-8b"))
+
+
+@pytest.fixture(scope="session")
+def llama70b():
+    return model_from_dict(load_preset("llama3-70b"))
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    return model_from_dict(load_preset("tiny"))
+
+
+@pytest.fixture
+def two_nodes():
+    return uniform_cluster(2, 8)
+
+
+@pytest.fixture
+def one_node():
+    return uniform_cluster(1, 8)

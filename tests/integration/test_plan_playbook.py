@@ -1,0 +1,156 @@
+"""plan.yml end to end on the controller: real ansible-playbook, real templates, real bash."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.playbook
+
+
+def run_plan(*extra: str, inventory: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    )
+    cmd = [str(BIN / "ansible-playbook"), "playbooks/plan.yml", *extra]
+    if inventory:
+        cmd += ["-i", inventory]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def shellcheck(*paths: Path, exclude: str = "") -> None:
+    cmd = [str(BIN / "shellcheck"), "--severity=style"] + (["--exclude", exclude] if exclude else [])
+    result = subprocess.run(cmd + [str(p) for p in paths], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def runbook_plan(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("plan") / "p"
+    result = run_plan("-e", "tp=1", "-e", "pp=2", "-e", "recommend=true", "-e", f"plan_dir={out}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def test_plan_writes_everything(runbook_plan):
+    names = sorted(p.name for p in runbook_plan.iterdir())
+    assert names == [
+        "fanout.sh",
+        "hostfile",
+        "launch-node1.sh",
+        "launch-node2.sh",
+        "plan.json",
+        "recommendations.json",
+        "stop.sh",
+    ]
+    plan = json.loads((runbook_plan / "plan.json").read_text())
+    assert (plan["world_size"], plan["dp"], plan["global_batch_size"]) == (16, 8, 1024)
+    assert plan["exp_name"] == "tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16"
+    assert (runbook_plan / "hostfile").read_text() == "10.10.142.133 slots=8\n10.10.142.134 slots=8\n"
+    ranked = json.loads((runbook_plan / "recommendations.json").read_text())
+    assert ranked[0]["rank"] == 1 and ranked[0]["fits"]
+
+
+def test_rendered_scripts_are_shellcheck_clean(runbook_plan):
+    shellcheck(*runbook_plan.glob("*.sh"))
+
+
+def test_launch_script_runs_torchrun_with_the_exact_plan(tmp_path):
+    """Execute the launch script for real, with a recording torchrun, under a work dir full of
+    shell metacharacters: the vector torchrun receives is plan.json's, byte for byte."""
+    work = tmp_path / "work dir $(touch PWNED) `id` ; 'q' \"d\""
+    out = tmp_path / "plan"
+    result = run_plan("-e", json.dumps({"work_home": str(work), "plan_dir": str(out), "tp": 2, "pp": 1}))
+    assert result.returncode == 0, result.stdout + result.stderr
+    shellcheck(*out.glob("*.sh"), exclude="SC2016")  # SC2016: the $(...) here is literal on purpose
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "torchrun").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$RECORD"\n')
+    (fake / "torchrun").chmod(0o755)
+    record = tmp_path / "argv"
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", RECORD=str(record))
+    # cd is stubbed: the image's Megatron-LM directory does not exist on the controller.
+    subprocess.run(
+        ["bash", "-c", 'cd() { :; }; source "$1"', "_", str(out / "launch-node2.sh")],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        timeout=60,
+    )
+    argv = record.read_bytes().split(b"\0")[:-1]
+    plan = json.loads((out / "plan.json").read_text())
+    entry = argv.index(b"/home/megatron-lm-musa-patch/pretrain_gpt.py")
+    assert [a.decode() for a in argv[entry + 1 :]] == plan["megatron_args"]
+    launcher = [a.decode() for a in argv[:entry]]
+    assert launcher[launcher.index("--node_rank") + 1] == "1"
+    assert launcher[launcher.index("--nnodes") + 1] == "2"
+    assert launcher[launcher.index("--redirects") + 1] == "3"
+    assert launcher[launcher.index("--log_dir") + 1] == plan["run_dir"] + "/logs/node2"
+    assert not list(tmp_path.rglob("PWNED")), "a metacharacter in a path was executed"
+    assert (Path(plan["run_dir"]) / "pids" / "node2.pid").read_text().strip().isdigit()
+
+
+def test_bad_layout_lists_every_problem_and_writes_nothing(tmp_path):
+    out = tmp_path / "never"
+    result = run_plan("-e", "tp=3", "-e", "gbs=1001", "-e", f"plan_dir={out}")
+    assert result.returncode != 0
+    text = result.stdout
+    assert "tp=3 does not divide 32 attention heads; valid tp: 1, 2, 4, 8" in text
+    assert "not divisible by tp*pp*cp" in text
+    assert not out.exists()
+
+
+def test_unknown_model_names_the_presets(tmp_path):
+    result = run_plan("-e", "model=llama9", "-e", f"plan_dir={tmp_path / 'x'}")
+    assert result.returncode != 0
+    assert "Model preset 'llama9' does not exist" in result.stdout
+    assert "llama3-70b, llama3-8b, tiny" in result.stdout
+
+
+def test_does_not_fit_refused_unless_forced(tmp_path):
+    args = ["-e", "tp=1", "-e", "pp=1", "-e", "recompute=none", "-e", "flash_attention=false", "-e", "mbs=4"]
+    refused = run_plan(*args, "-e", f"plan_dir={tmp_path / 'a'}")
+    assert refused.returncode != 0 and "layouts that fit" in refused.stdout
+    forced = run_plan(*args, "-e", "force=true", "-e", f"plan_dir={tmp_path / 'b'}")
+    assert forced.returncode == 0, forced.stdout
+    assert json.loads((tmp_path / "b" / "plan.json").read_text())["forced"] is True
+
+
+def test_inventory_problems_are_reported(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(
+        "all:\n  children:\n    nodes:\n      hosts:\n"
+        "        a: {ansible_host: 127.0.0.1, slots: 32, accelerator: musa}\n"
+        "        b: {ansible_host: 127.0.0.1, slots: 8, accelerator: tpu}\n"
+    )
+    result = run_plan("-e", f"plan_dir={tmp_path / 'x'}", inventory=str(inv))
+    assert result.returncode != 0
+    for needle in (
+        "node a: slots must be an integer 1..16",
+        "node b: accelerator 'tpu' is unknown",
+        "share the address 127.0.0.1",
+    ):
+        assert needle in result.stdout
+
+
+def test_every_playbook_passes_syntax_check():
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    for playbook in sorted((ROOT / "playbooks").glob("*.yml")):
+        result = subprocess.run(
+            [str(BIN / "ansible-playbook"), "--syntax-check", str(playbook)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr

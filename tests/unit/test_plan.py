@@ -1,0 +1,123 @@
+"""make_plan: the whole plan, the inventory contract, memory refusal, recommendations."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import load_preset
+from trainops.cluster import cluster_from_hosts
+from trainops.errors import PlanError
+from trainops.plan import make_plan
+from trainops.recommend import recommend
+
+HOSTS = [
+    {"name": "node1", "ansible_host": "10.0.0.1", "slots": 8, "accelerator": "musa"},
+    {"name": "node2", "ansible_host": "10.0.0.2", "slots": 8, "accelerator": "musa"},
+]
+PLAN_KEYS = {
+    "world_size",
+    "tp",
+    "pp",
+    "cp",
+    "vpp",
+    "dp",
+    "micro_batch_size",
+    "num_microbatches",
+    "global_batch_size",
+    "stage_layers",
+    "memory_gib",
+    "flops_per_iteration",
+    "tokens_per_iteration",
+    "exp_name",
+    "master_addr",
+    "master_port",
+    "nodes",
+    "megatron_args",
+}
+
+
+def plan(**kwargs):
+    kwargs.setdefault("model", load_preset("llama3-8b"))
+    kwargs.setdefault("hosts", HOSTS)
+    kwargs.setdefault("run_id", "r1")
+    return make_plan(**kwargs)
+
+
+def test_plan_json_contract():
+    p = plan(layout={"tp": "1", "pp": "2"})  # strings, as -e passes them
+    assert PLAN_KEYS <= set(p)
+    assert {"weights_and_optimizer", "activations", "total", "card", "fits"} <= set(p["memory_gib"])
+    assert p["nodes"][1] == {"name": "node2", "addr": "10.0.0.2", "slots": 8, "node_rank": 1}
+    assert p["master_addr"] == "10.0.0.1" and p["master_port"] == 14388
+    assert p["tokens_per_iteration"] == 1024 * 4096
+    assert p["last_rank"] == {"node": "node2", "local_rank": 7, "global_rank": 15}
+
+
+def test_master_flag_moves_the_master_first():
+    hosts = [dict(HOSTS[0]), dict(HOSTS[1], master=True, node_addr="192.168.0.2")]
+    p = plan(hosts=hosts, layout={})
+    assert [n["name"] for n in p["nodes"]] == ["node2", "node1"]
+    assert p["master_addr"] == "192.168.0.2"
+
+
+@pytest.mark.parametrize(
+    ("hosts", "needle"),
+    [
+        ([dict(HOSTS[0], slots=17)], "slots must be an integer 1..16"),
+        ([dict(HOSTS[0], accelerator="rocm")], "accelerator 'rocm' is unknown"),
+        ([dict(HOSTS[0], master=True), dict(HOSTS[1], master=True)], "more than one node sets master"),
+        ([HOSTS[0], dict(HOSTS[1], ansible_host="10.0.0.1")], "share the address 10.0.0.1"),
+        ([], "'nodes' is empty"),
+    ],
+)
+def test_inventory_problems(hosts, needle):
+    with pytest.raises(PlanError, match=needle):
+        cluster_from_hosts(hosts)
+
+
+def test_inventory_and_layout_problems_come_together():
+    with pytest.raises(PlanError) as info:
+        plan(hosts=[dict(HOSTS[0], slots="many")], layout={"tp": "x", "precision": "fp4"})
+    text = str(info.value)
+    assert "slots must be an integer" in text and "tp must be an integer" in text
+
+
+def test_layout_that_does_not_fit_is_refused_with_alternatives():
+    with pytest.raises(PlanError) as info:
+        plan(layout={"tp": 1, "pp": 1, "recompute": "none", "flash_attention": False, "mbs": 4})
+    (problem,) = info.value.problems
+    assert "GiB per card" in problem and "layouts that fit: tp=" in problem and "force=true" in problem
+
+
+def test_force_accepts_and_marks_it():
+    p = plan(layout={"tp": 1, "pp": 1, "recompute": "none", "flash_attention": False, "mbs": 4}, force=True)
+    assert not p["memory_gib"]["fits"] and p["forced"]
+
+
+def test_smaller_card_memory_is_honoured():
+    with pytest.raises(PlanError, match="S5000 allows"):
+        plan(layout={"tp": 1, "pp": 1}, accelerator_memory_gib=48)
+
+
+def test_recommendations_ranked_and_explained():
+    p = plan(layout={"tp": 1, "pp": 2}, want_recommendations=True)
+    rows = p["recommendations"]
+    fitting = [r for r in rows if r["fits"]]
+    assert fitting and all(r["why"] for r in rows)
+    speeds = [r["tokens_per_s_per_card"] for r in fitting]
+    assert speeds == sorted(speeds, reverse=True)
+    assert all(r["global_batch_size"] == 1024 for r in rows)
+    assert p["recommendation_table"][0].lstrip().startswith("#")
+
+
+def test_recommend_prefers_tp_inside_a_node(llama70b):
+    from trainops.cluster import uniform_cluster
+    from trainops.layout import LayoutRequest
+
+    ranked = recommend(llama70b, uniform_cluster(4, 8), LayoutRequest(), gbs=256)
+    best = next(r for r in ranked if r.fits)
+    assert best.layout.tp <= 8
+
+
+def test_unknown_options_are_named():
+    with pytest.raises(PlanError, match="unknown layout option"):
+        plan(layout={"tensor_parallel": 2})
