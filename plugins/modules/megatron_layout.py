@@ -52,7 +52,7 @@ options:
   tokenizer_path:
     description: Tokenizer file or directory inside the containers.
     type: str
-    default: /data/llama3-tokenizer/tokenizer.model
+    default: /data/llama3-tokenizer
   tokenizer_type:
     description:
       - Megatron tokenizer type. When omitted it is detected from the file if the controller can read it,
@@ -146,7 +146,7 @@ def main() -> None:
             "training": {"type": "dict", "default": {}},
             "work_home": {"type": "str", "default": "/data/mtt-train-ops"},
             "data_path": {"type": "str", "default": "/data/datasets/llama3_text_document"},
-            "tokenizer_path": {"type": "str", "default": "/data/llama3-tokenizer/tokenizer.model"},
+            "tokenizer_path": {"type": "str", "default": "/data/llama3-tokenizer"},
             "tokenizer_type": {
                 "type": "str",
                 "choices": ["TikTokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer"],

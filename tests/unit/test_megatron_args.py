@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainops.layout import LayoutRequest, plan_layout
 from trainops.megatron_args import RunPaths, build_megatron_args
 
-PATHS = RunPaths("/data/d", "/data/tok/tokenizer.model", "TikTokenizer", "/w/ck", "/w/tb")
+PATHS = RunPaths("/data/d", "/data/tok/vocab.json", "TikTokenizer", "/w/ck", "/w/tb")
 
 
 def value_of(args, flag):

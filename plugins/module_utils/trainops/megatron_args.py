@@ -179,6 +179,8 @@ def build_megatron_args(
         special = model.tokenizer_options.get("tiktoken_num_special_tokens")
         if special is not None:
             args += ["--tiktoken-num-special-tokens", str(special)]
+        # Without it CustomTikTokenizer assumes 2**17 entries, not the model's vocabulary.
+        args += ["--vocab-size", str(model.vocab_size)]
 
     args += [
         "--log-interval",

@@ -22,7 +22,7 @@ from .memory import GIB, estimate_stages, megatron_theoretical
 from .model import ModelSpec, model_from_dict
 from .recommend import describe, memory_limit_gib, recommend
 from .tokenizer import TYPES as TOKENIZER_TYPES
-from .tokenizer import TokenizerFormatError, detect_tokenizer_type
+from .tokenizer import TokenizerFormatError, megatron_tokenizer
 
 DEFAULT_HEADROOM = 0.10
 
@@ -74,18 +74,23 @@ def _dataclass_from(cls, values: Mapping[str, Any], problems: list[str], what: s
     return cls(**kwargs)
 
 
-def resolve_tokenizer_type(explicit: str | None, path: str, model: ModelSpec) -> tuple[str, str]:
-    """(type, how it was chosen): explicit, detected from a readable file, or the preset's."""
+def resolve_tokenizer(explicit: str | None, path: str, model: ModelSpec) -> tuple[str, str, str]:
+    """``(type, --tokenizer-model path, how it was chosen)``.
+
+    An explicit type wins; else a file the controller can read is inspected
+    (see :mod:`.tokenizer`); else the preset's type is taken, unchecked.
+    """
     if explicit:
         if explicit not in TOKENIZER_TYPES:
             raise PlanError([f"tokenizer_type {explicit!r} is unknown; use one of {', '.join(TOKENIZER_TYPES)}"])
-        return explicit, "given"
+        return explicit, path, "given"
     if os.path.exists(path):
         try:
-            return detect_tokenizer_type(path), f"detected from {path}"
+            kind, model_path, note = megatron_tokenizer(path)
         except (TokenizerFormatError, OSError) as exc:
-            raise PlanError([f"tokenizer {path}: {exc}; give tokenizer_type explicitly"]) from None
-    return model.tokenizer_type, f"from model preset {model.name} (file not on the controller, not checked)"
+            raise PlanError([f"tokenizer: {exc}"]) from None
+        return kind, model_path, f"detected: {note}"
+    return model.tokenizer_type, path, f"from model preset {model.name} (not on the controller, not checked)"
 
 
 def memory_report(model: ModelSpec, cluster: Cluster, layout: Layout, headroom: float) -> dict[str, Any]:
@@ -155,7 +160,7 @@ def make_plan(
     training: Mapping[str, Any] | None = None,
     work_home: str = "/data/mtt-train-ops",
     data_path: str = "/data/datasets/llama3_text_document",
-    tokenizer_path: str = "/data/llama3-tokenizer/tokenizer.model",
+    tokenizer_path: str = "/data/llama3-tokenizer",
     tokenizer_type: str | None = None,
     run_id: str = "run",
     master_port: int = 14388,
@@ -195,7 +200,7 @@ def make_plan(
     if problems or lay is None or spec is None or cluster is None:
         raise PlanError(problems)
 
-    tok_type, tok_source = resolve_tokenizer_type(tokenizer_type, tokenizer_path, spec)
+    tok_type, tok_model, tok_source = resolve_tokenizer(tokenizer_type, tokenizer_path, spec)
     memory = memory_report(spec, cluster, lay, memory_headroom_fraction)
     recommendations = None
     if want_recommendations or not memory["fits"]:
@@ -224,7 +229,7 @@ def make_plan(
     run_dir = f"{work_home.rstrip('/')}/runs/{exp}/{run_id}"
     paths = RunPaths(
         data_path=data_path,
-        tokenizer_model=tokenizer_path,
+        tokenizer_model=tok_model,
         tokenizer_type=tok_type,
         checkpoint_dir=f"{work_home.rstrip('/')}/checkpoints/{exp}",
         tensorboard_dir=f"{run_dir}/tensorboard",
@@ -266,7 +271,7 @@ def make_plan(
         "checkpoint_dir": paths.checkpoint_dir,
         "tensorboard_dir": paths.tensorboard_dir,
         "data_path": data_path,
-        "tokenizer_path": tokenizer_path,
+        "tokenizer_path": tok_model,
         "tokenizer_type": tok_type,
         "tokenizer_type_source": tok_source,
         "master_addr": cluster.master.addr,

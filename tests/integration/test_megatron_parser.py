@@ -1,0 +1,55 @@
+"""Rendered argument vectors against Megatron-LM's own parser (optional: needs a checkout).
+
+Megatron-LM is not on PyPI and is not part of this project, so this runs only when
+MEGATRON_LM_DIR points at a checkout (e.g. tag core_v0.14.0) and MEGATRON_PYTHON at a
+Python with torch (CPU) and numpy<2, packaging, six, regex, pyyaml. Otherwise it is
+skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import load_preset
+from trainops.plan import make_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+MEGATRON = os.environ.get("MEGATRON_LM_DIR")
+PYTHON = os.environ.get("MEGATRON_PYTHON")
+
+pytestmark = pytest.mark.skipif(
+    not (MEGATRON and PYTHON), reason="set MEGATRON_LM_DIR and MEGATRON_PYTHON to check against Megatron-LM"
+)
+
+LAYOUTS = [
+    ("llama3-8b", 2, {"tp": 1, "pp": 2}),
+    ("llama3-8b", 1, {"tp": 1, "pp": 2}),
+    ("llama3-8b", 2, {"tp": 1, "pp": 1}),
+    ("llama3-8b", 2, {"tp": 2, "pp": 4, "vpp": 2, "precision": "bf16", "recompute": "selective"}),
+    ("llama3-8b", 3, {"tp": 4, "pp": 3, "gbs": 96}),
+    ("llama3-8b", 2, {"tp": 2, "cp": 2, "seq_length": 8192, "recompute": "none"}),
+    ("llama3-70b", 4, {"tp": 8, "pp": 4, "gbs": 64}),
+    ("llama3-70b", 16, {"tp": 8, "pp": 8, "vpp": 5, "gbs": 128, "seq_length": 8192}),
+]
+
+
+def test_megatron_accepts_every_plan(tmp_path):
+    paths = []
+    for i, (model, nodes, layout) in enumerate(LAYOUTS):
+        hosts = [{"name": f"n{k}", "ansible_host": f"10.0.0.{k + 1}", "slots": 8} for k in range(nodes)]
+        plan = make_plan(model=load_preset(model), hosts=hosts, layout=layout, run_id="check", force=True)
+        path = tmp_path / f"plan{i}.json"
+        path.write_text(json.dumps(plan))
+        paths.append(str(path))
+    result = subprocess.run(
+        [PYTHON, str(ROOT / "tools" / "check_megatron_args.py"), "--megatron", MEGATRON, *paths],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(paths)} passed, 0 failed" in result.stdout
