@@ -154,3 +154,13 @@ def test_every_playbook_passes_syntax_check():
             text=True,
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ansible_doc_shows_the_module():
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    result = subprocess.run(
+        [str(BIN / "ansible-doc"), "megatron_layout"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Derives world size" in result.stdout
+    assert "RETURN VALUES" in result.stdout and "EXAMPLES" in result.stdout
