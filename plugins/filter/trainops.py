@@ -12,8 +12,14 @@ _CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
+from ansible.errors import AnsibleFilterError  # noqa: E402
 from trainops.cluster import cluster_from_hosts  # noqa: E402
+from trainops.collective import CollectiveParseError  # noqa: E402
+from trainops.collective import parse_allreduce_perf as _parse_allreduce_perf  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
+from trainops.gmi import GmiParseError  # noqa: E402
+from trainops.gmi import parse_mthreads_gmi as _parse_mthreads_gmi  # noqa: E402
+from trainops.gmi import parse_nvidia_smi_csv as _parse_nvidia_smi_csv  # noqa: E402
 
 #: Inventory variables the planner reads from each node.
 NODE_KEYS = ("ansible_host", "slots", "accelerator", "master", "node_addr", "accelerator_card")
@@ -52,6 +58,38 @@ def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
     return " \\\n".join(pad + " ".join(group) for group in groups)
 
 
+def parse_mthreads_gmi(text: str) -> list[dict[str, Any]]:
+    """Cards (index, name, bus_id, memory_total_mib, memory_used_mib, utilization_pct, processes)."""
+    try:
+        return _parse_mthreads_gmi(text)["cards"]
+    except GmiParseError as exc:
+        raise AnsibleFilterError(f"parse_mthreads_gmi: {exc}") from None
+
+
+def parse_mthreads_gmi_full(text: str) -> dict[str, Any]:
+    """Cards plus the tool and driver versions."""
+    try:
+        return _parse_mthreads_gmi(text)
+    except GmiParseError as exc:
+        raise AnsibleFilterError(f"parse_mthreads_gmi: {exc}") from None
+
+
+def parse_nvidia_smi(gpus_csv: str, apps_csv: str = "") -> list[dict[str, Any]]:
+    """Cards from nvidia-smi's CSV queries, in the same shape as parse_mthreads_gmi."""
+    try:
+        return _parse_nvidia_smi_csv(gpus_csv, apps_csv)["cards"]
+    except GmiParseError as exc:
+        raise AnsibleFilterError(f"parse_nvidia_smi: {exc}") from None
+
+
+def parse_allreduce_perf(text: str) -> dict[str, Any]:
+    """rows, avg_busbw_gbps, largest_busbw_gbps, wrong, out_of_bounds of an all_reduce_perf run."""
+    try:
+        return _parse_allreduce_perf(text)
+    except CollectiveParseError as exc:
+        raise AnsibleFilterError(f"parse_allreduce_perf: {exc}") from None
+
+
 class FilterModule:
     """mtt-train-ops filters."""
 
@@ -60,4 +98,8 @@ class FilterModule:
             "trainops_inventory_nodes": inventory_nodes,
             "trainops_inventory_problems": inventory_problems,
             "trainops_shell_arg_lines": shell_arg_lines,
+            "parse_mthreads_gmi": parse_mthreads_gmi,
+            "parse_mthreads_gmi_full": parse_mthreads_gmi_full,
+            "parse_nvidia_smi": parse_nvidia_smi,
+            "parse_allreduce_perf": parse_allreduce_perf,
         }
