@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
-PLAYBOOKS := $(wildcard playbooks/*.yml)
+PLAYBOOKS := $(wildcard playbooks/*.yml) $(wildcard *.yml)
 
 .PHONY: setup plan test test-fast lint bench clean
 
@@ -31,7 +31,7 @@ lint: setup
 	$(BIN)/ruff check plugins tests benchmarks tools
 	$(BIN)/ruff format --check plugins tests benchmarks tools
 	for p in $(PLAYBOOKS); do $(BIN)/ansible-playbook --syntax-check "$$p" || exit 1; done
-	$(BIN)/ansible-lint --profile production --offline playbooks roles
+	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml
 
 bench: setup
 	$(BIN)/python benchmarks/recommend_sweep.py

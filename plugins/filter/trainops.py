@@ -47,6 +47,20 @@ def inventory_problems(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return []
 
 
+def cluster(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The cluster in rank order: ``{"master": name, "master_addr", "nodes": [{name, addr, slots, node_rank}]}``."""
+    try:
+        built = cluster_from_hosts(nodes)
+    except PlanError as exc:
+        raise AnsibleFilterError(f"invalid inventory: {exc}") from None
+    return {
+        "master": built.master.name,
+        "master_addr": built.master.addr,
+        "world_size": built.world_size,
+        "nodes": [{"name": n.name, "addr": n.addr, "slots": n.slots, "node_rank": n.node_rank} for n in built.nodes],
+    }
+
+
 def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
     """Quote an argument vector for bash, one ``--flag value...`` group per continued line."""
     groups: list[list[str]] = []
@@ -90,6 +104,41 @@ def parse_allreduce_perf(text: str) -> dict[str, Any]:
         raise AnsibleFilterError(f"parse_allreduce_perf: {exc}") from None
 
 
+def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The provision report as a fixed-width table, one row per node."""
+
+    def bandwidth(value: Any) -> str:
+        return "-" if value is None else f"{float(value):.4g}"
+
+    def data(sizes: Mapping[str, Any]) -> str:
+        if not sizes:
+            return "not checked"
+        return "MISSING" if any(v is None for v in sizes.values()) else "ok"
+
+    fmt = "{:<10} {:<16} {:<16} {:<44} {:>5} {:>5} {:<20} {:>9} {:>9} {}"
+    lines = [
+        fmt.format("node", "address", "container", "image", "sshd", "cards", "card", "node GB/s", "all GB/s", "data")
+    ]
+    for row in rows:
+        status = row.get("status", "")
+        container = row.get("container", "-") + ("" if status == "running" else f" ({status})")
+        lines.append(
+            fmt.format(
+                row["node"],
+                str(row.get("address", "")),
+                container,
+                str(row.get("image", ""))[:44],
+                str(row.get("sshd_port", "")),
+                str(row.get("cards", "-")),
+                ",".join(row.get("card_names") or []) or "-",
+                bandwidth(row.get("busbw_node_gbps")),
+                bandwidth(row.get("busbw_cluster_gbps")),
+                data(row.get("data") or {}),
+            )
+        )
+    return "\n".join(lines)
+
+
 class FilterModule:
     """mtt-train-ops filters."""
 
@@ -97,7 +146,9 @@ class FilterModule:
         return {
             "trainops_inventory_nodes": inventory_nodes,
             "trainops_inventory_problems": inventory_problems,
+            "trainops_cluster": cluster,
             "trainops_shell_arg_lines": shell_arg_lines,
+            "trainops_provision_table": provision_table,
             "parse_mthreads_gmi": parse_mthreads_gmi,
             "parse_mthreads_gmi_full": parse_mthreads_gmi_full,
             "parse_nvidia_smi": parse_nvidia_smi,

@@ -1,0 +1,94 @@
+"""Network checks between training containers (mtt-train-ops, role network).
+
+    port_probe.py free PORT                      exit 3 if PORT is taken on this node
+    port_probe.py listen PORT SECONDS COUNT      accept COUNT probes (or until SECONDS), answering each
+    port_probe.py probe HOST PORT SECONDS        connect to HOST:PORT, retrying until SECONDS; exit 2 on failure
+    port_probe.py resolve NAME...                print the names that do not resolve (and this host's own name)
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+
+
+def free(port: int) -> int:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as exc:
+            print(f"port {port} is in use: {exc.strerror}")
+            return 3
+    return 0
+
+
+def listen(port: int, seconds: float, count: int) -> int:
+    deadline = time.monotonic() + seconds
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", port))
+        sock.listen(64)
+        served = 0
+        while served < count and time.monotonic() < deadline:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                break
+            with conn:
+                conn.sendall(b"mtt-train-ops\n")
+            served += 1
+    return 0
+
+
+def probe(host: str, port: int, seconds: float) -> int:
+    deadline = time.monotonic() + seconds
+    error = "no attempt"
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=2) as conn:
+                if conn.recv(64).startswith(b"mtt-train-ops"):
+                    print(f"reached {host}:{port}")
+                    return 0
+                error = "something else answers on that port"
+        except OSError as exc:
+            error = exc.strerror or str(exc)
+        time.sleep(0.3)
+    print(f"cannot reach {host}:{port}: {error}")
+    return 2
+
+
+def resolve(names: list[str]) -> int:
+    own = socket.gethostname()
+    failed = {}
+    for name in [own, *names]:
+        try:
+            address = socket.gethostbyname(name)
+        except OSError as exc:
+            failed[name] = exc.strerror or str(exc)
+            continue
+        if name == own and address.startswith("127."):
+            failed[name] = f"this host's own name resolves to loopback {address}; gloo/NCCL would advertise it"
+    print(json.dumps({"hostname": own, "unresolved": failed}))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    command, args = argv[1], argv[2:]
+    if command == "free":
+        return free(int(args[0]))
+    if command == "listen":
+        return listen(int(args[0]), float(args[1]), int(args[2]))
+    if command == "probe":
+        return probe(args[0], int(args[1]), float(args[2]))
+    if command == "resolve":
+        return resolve(args)
+    print(__doc__)
+    return 64
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
