@@ -5,7 +5,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 PLAYBOOKS := $(wildcard playbooks/*.yml) $(wildcard *.yml)
 
-.PHONY: setup plan test test-fast lint bench clean
+.PHONY: setup plan test test-fast lint bench clean testbed-up testbed-down molecule
 
 setup: $(VENV)/.installed
 
@@ -23,15 +23,34 @@ plan: setup
 test: setup lint
 	$(BIN)/pytest -q tests
 
-## Unit tests only (no ansible-playbook runs).
+## Unit tests and controller-only playbook tests (no testbed).
 test-fast: setup
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -m "not testbed" tests
+
+## The local testbed: N node containers with their own dockerd and sshd (root; installs docker.io, debootstrap).
+TESTBED_NODES ?= 2
+testbed-up: setup
+	testbed/host-setup.sh
+	testbed/build-images.sh
+	$(BIN)/ansible-playbook testbed/up.yml -e testbed_nodes=$(TESTBED_NODES)
+
+testbed-down: setup
+	$(BIN)/ansible-playbook testbed/down.yml
+
+## The molecule scenario: create, converge (provision.yml), idempotence, verify, destroy.
+molecule: setup
+	testbed/host-setup.sh
+	testbed/build-images.sh
+	cd $(CURDIR) && $(BIN)/molecule test
 
 lint: setup
-	$(BIN)/ruff check plugins tests benchmarks tools
-	$(BIN)/ruff format --check plugins tests benchmarks tools
+	$(BIN)/ruff check plugins roles tests benchmarks tools testbed
+	$(BIN)/ruff format --check plugins roles tests benchmarks tools
 	for p in $(PLAYBOOKS); do $(BIN)/ansible-playbook --syntax-check "$$p" || exit 1; done
-	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml
+	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml testbed molecule
+	$(BIN)/shellcheck testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \
+		testbed/images/training-suite-standin/rootfs/usr/local/bin/mthreads-gmi \
+		testbed/images/training-suite-standin/rootfs/usr/local/musa/mccl_test/all_reduce_perf
 
 bench: setup
 	$(BIN)/python benchmarks/recommend_sweep.py

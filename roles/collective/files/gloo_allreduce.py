@@ -50,15 +50,20 @@ def main() -> None:
     seconds = float(elapsed)
     algbw = elements * 4 / seconds / 1e9
     if rank == 0:
-        print(json.dumps({
-            "backend": opts.backend,
-            "world": world,
-            "bytes": elements * 4,
-            "time_us": round(seconds * 1e6, 1),
-            "algbw_gbps": round(algbw, 4),
-            "busbw_gbps": round(algbw * 2 * (world - 1) / world, 4),
-            "wrong": int(wrong),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "backend": opts.backend,
+                    "world": world,
+                    "bytes": elements * 4,
+                    "time_us": round(seconds * 1e6, 1),
+                    "algbw_gbps": round(algbw, 4),
+                    "busbw_gbps": round(algbw * 2 * (world - 1) / world, 4),
+                    "wrong": int(wrong),
+                }
+            ),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

@@ -1,9 +1,9 @@
 """Network checks between training containers (mtt-train-ops, role network).
 
-    port_probe.py free PORT                      exit 3 if PORT is taken on this node
-    port_probe.py listen PORT SECONDS COUNT      accept COUNT probes (or until SECONDS), answering each
-    port_probe.py probe HOST PORT SECONDS        connect to HOST:PORT, retrying until SECONDS; exit 2 on failure
-    port_probe.py resolve NAME...                print the names that do not resolve (and this host's own name)
+port_probe.py free PORT                      exit 3 if PORT is taken on this node
+port_probe.py listen PORT SECONDS COUNT      accept COUNT probes (or until SECONDS), answering each
+port_probe.py probe HOST PORT SECONDS        connect to HOST:PORT, retrying until SECONDS; exit 2 on failure
+port_probe.py resolve NAME...                print the names that do not resolve (and this host's own name)
 """
 
 from __future__ import annotations

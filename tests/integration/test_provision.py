@@ -1,0 +1,148 @@
+"""provision.yml on the testbed: real SSH to real node containers, real sshd, real torchrun.
+
+Marked `testbed`: `make test` (and CI) run them; `make test-fast` does not.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+
+import pytest
+import yaml
+
+from testbed import INVENTORY, ROOT, docker, in_container, in_node, playbook, recap
+
+pytestmark = pytest.mark.testbed
+
+
+@pytest.fixture(scope="module")
+def converged(testbed):
+    result = playbook("provision.yml")
+    assert result.returncode == 0, result.stdout[-6000:]
+    return result.stdout
+
+
+def test_converge_reports_every_node(converged):
+    assert "node1" in converged and "node2" in converged
+    report = sorted((ROOT / "runs").glob("provision-*.json"))[-1]
+    rows = yaml.safe_load(report.read_text())["nodes"]
+    assert [r["node"] for r in rows] == ["node1", "node2"]
+    assert all(r["status"] == "running" and r["sshd_port"] == 2222 for r in rows)
+    # the gloo all-reduce across both nodes was measured and correct
+    assert rows[0]["collective"]["inter"]["wrong"] == 0
+    assert rows[0]["collective"]["inter"]["busbw_gbps"] > 0
+
+
+def test_second_run_changes_nothing(converged):
+    result = playbook("provision.yml")
+    assert result.returncode == 0, result.stdout[-4000:]
+    counts = recap(result.stdout)
+    assert counts and all(c["changed"] == 0 for c in counts.values()), counts
+
+
+def test_verify_playbook(converged):
+    """The molecule scenario's verify.yml: real assertions over SSH."""
+    result = playbook("molecule/default/verify.yml")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert recap(result.stdout)["node1"]["failed"] == 0
+
+
+def test_container_sshd_answers_and_password_login_is_off(converged):
+    for address in ("172.30.0.11", "172.30.0.12"):
+        with socket.create_connection((address, 2222), timeout=5) as conn:
+            assert conn.recv(64).startswith(b"SSH-2.0-OpenSSH")
+    config = in_container("node2", "cat /etc/ssh/sshd_config_mtt_train_ops").stdout
+    assert "PasswordAuthentication no" in config and "PermitRootLogin prohibit-password" in config
+
+
+def test_keys_are_private_and_host_keys_pinned(converged):
+    key = ROOT / ".keys" / "testbed" / "id_ed25519"
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    assert in_container("node1", "stat -c %a /root/.ssh/mtt_cluster_ed25519").stdout.strip() == "600"
+    known = in_container("node1", "cat /root/.ssh/known_hosts").stdout
+    for address, name in (("172.30.0.11", "node1"), ("172.30.0.12", "node2")):
+        assert f"[{address}]:2222,[{name}]:2222 ssh-ed25519 " in known
+    # the fan-out's path: master's container -> worker's container, strict host keys, no prompt
+    hop = in_container(
+        "node1",
+        "ssh -p 2222 -i /root/.ssh/mtt_cluster_ed25519 -o BatchMode=yes "
+        "-o StrictHostKeyChecking=yes root@172.30.0.12 hostname",
+    )
+    assert hop.stdout.strip() == "node2"
+
+
+def test_a_stopped_node_is_named_and_nothing_changes(converged):
+    before = in_node("node1", "docker inspect -f '{{.Id}} {{.State.StartedAt}}' train").stdout
+    docker("stop", "mtt-node-2")
+    try:
+        result = playbook("provision.yml")
+        assert result.returncode != 0
+        assert "node2 (172.30.0.12) is unreachable" in result.stdout
+        assert "Nothing was changed on any node" in result.stdout
+        assert recap(result.stdout)["node1"]["changed"] == 0
+        assert in_node("node1", "docker inspect -f '{{.Id}} {{.State.StartedAt}}' train").stdout == before
+    finally:
+        docker("start", "mtt-node-2")
+        _wait_for_ssh("172.30.0.12")
+    healed = playbook("provision.yml")
+    assert healed.returncode == 0, healed.stdout[-4000:]
+
+
+def test_a_wrong_image_is_named_and_the_other_node_untouched(converged, tmp_path):
+    inventory = _inventory_copy(
+        tmp_path, node2={"container_image": "mtt-no-such-image:1", "container_image_archive": ""}
+    )
+    before = in_node("node1", "docker inspect -f '{{.Id}}' train").stdout
+    result = playbook("provision.yml", inventory=inventory)
+    assert result.returncode != 0
+    assert "node2: cannot pull mtt-no-such-image:1" in result.stdout
+    assert recap(result.stdout)["node1"]["changed"] == 0
+    assert in_node("node1", "docker inspect -f '{{.Id}}' train").stdout == before
+
+
+def test_a_taken_sshd_port_is_named(converged):
+    listener = in_node(
+        "node2",
+        "nohup python3 -c \"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',2299));"
+        ' s.listen(); time.sleep(300)" >/dev/null 2>&1 & echo $!',
+    ).stdout.strip()
+    try:
+        result = playbook("provision.yml", "-e", "container_ssh_port=2299")
+        assert result.returncode != 0
+        assert "node2: the sshd of container 'train' cannot listen on port 2299" in result.stdout
+        assert "Address already in use" in result.stdout
+    finally:
+        in_node("node2", f"kill {listener}", check=False)
+    restored = playbook("provision.yml")
+    assert restored.returncode == 0, restored.stdout[-4000:]
+
+
+def test_a_different_container_is_left_alone_unless_recreate(converged):
+    result = playbook("provision.yml", "-e", '{"container_volumes": ["/data:/data", "/tmp:/host-tmp"]}')
+    assert result.returncode != 0
+    assert "a container named 'train' exists with another" in result.stdout
+    assert "recreate=true" in result.stdout
+    assert in_node("node1", "docker inspect -f '{{.State.Running}}' train").stdout.strip() == "true"
+
+
+def _inventory_copy(tmp_path, **host_vars):
+    inventory = tmp_path / "testbed"  # the same name: the same cluster key
+    shutil.copytree(INVENTORY, inventory, ignore=shutil.ignore_patterns(".ssh"))
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    for host, values in host_vars.items():
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
+    return inventory
+
+
+def _wait_for_ssh(address: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, 22), timeout=2) as conn:
+                if conn.recv(16).startswith(b"SSH-"):
+                    return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"{address}:22 did not come back in {timeout} s")
