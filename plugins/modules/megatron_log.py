@@ -19,7 +19,7 @@ description:
     in C(rejected), never taken as iterations.
   - Failures are Python tracebacks (frames and final exception line), torch.distributed.elastic
     C(ChildFailedError) summaries (root cause with rank, local rank, host, exit code, error file, traceback),
-    out-of-memory errors (CUDA, MUSA), NaN reports, and torchrun's C(failed (exitcode ...)) line, each with its
+    out-of-memory errors (CUDA, MUSA), NaN reports, and torchrun's line saying that a worker C(failed), each with its
     file, line, rank (when the line, its C([rankN]:) prefix or the same rank's memory lines tell it), local rank
     and attempt (from the torchrun path) and node.
   - Reads only; changes nothing (C(changed=false)); supports check mode. Run it where the logs are

@@ -105,7 +105,7 @@ def test_a_wrong_image_is_named_and_the_other_node_untouched(converged, tmp_path
 def test_a_taken_sshd_port_is_named(converged):
     listener = in_node(
         "node2",
-        "nohup python3 -c \"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',2299));"
+        "setsid nohup python3 -c \"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',2299));"
         ' s.listen(); time.sleep(300)" >/dev/null 2>&1 & echo $!',
     ).stdout.strip()
     try:
@@ -146,3 +146,42 @@ def _wait_for_ssh(address: str, timeout: float = 90) -> None:
         except OSError:
             time.sleep(1)
     raise AssertionError(f"{address}:22 did not come back in {timeout} s")
+
+
+MUSA_ON_THE_TESTBED = {
+    # the musa backend's path, with the stand-in image's replay stand-ins for mthreads-gmi and all_reduce_perf;
+    # a second container beside `train`, with its own sshd port and rendezvous port
+    "accelerator": "musa",
+    "container_name": "train-musa",
+    "container_ssh_port": 2223,
+    "master_port": 14390,
+}
+
+
+@pytest.fixture
+def musa_inventory(converged, tmp_path):
+    inventory = _inventory_copy(tmp_path)
+    (inventory / "group_vars").mkdir()
+    (inventory / "group_vars" / "all.yml").write_text(yaml.safe_dump(MUSA_ON_THE_TESTBED))
+    yield inventory
+    for node in ("node1", "node2"):
+        in_node(node, "docker rm -f train-musa >/dev/null 2>&1 || true", check=False)
+
+
+def test_musa_path_runs_end_to_end_with_replay_stand_ins(musa_inventory):
+    result = playbook("provision.yml", inventory=musa_inventory)
+    assert result.returncode == 0, result.stdout[-5000:]
+    rows = yaml.safe_load(sorted((ROOT / "runs").glob("provision-*.json"))[-1].read_text())["nodes"]
+    for row in rows:
+        assert (row["container"], row["cards"], row["card_names"]) == ("train-musa", 8, ["MTT S5000"])
+        assert row["driver"] == "5.1.0-server"
+        assert row["busbw_node_gbps"] == 300.52  # the recorded run's 32 MiB in-place bus bandwidth
+    assert "no mpirun in the image" in result.stdout
+
+
+def test_more_slots_than_cards_is_named(musa_inventory):
+    (musa_inventory / "host_vars").mkdir(exist_ok=True)
+    (musa_inventory / "host_vars" / "node2.yml").write_text("slots: 9\n")
+    result = playbook("provision.yml", inventory=musa_inventory)
+    assert result.returncode != 0
+    assert "node2: mthreads-gmi shows 8 card(s) (0, 1, 2, 3, 4, 5, 6, 7), but slots=9 asks for 9" in result.stdout

@@ -47,11 +47,13 @@ import gzip
 import math
 import os
 import re
+import sys
 from array import array
-from bisect import bisect_left
-from collections import deque
+from bisect import bisect_left, bisect_right
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import IO, Any
 
 __all__ = [
@@ -119,20 +121,25 @@ _ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 # field in its place: one C-level match instead of a split. Any other line that holds "iteration I/ N |"
 # (forks' fields, params norm, skipped samples, other spacing, ...) goes through the general path, which gives
 # the same record for the canonical line (tested).
+# Possessive quantifiers (Python 3.11+) spare the engine its backtracking bookkeeping where giving characters
+# back can never help; older Pythons get the same pattern with plain quantifiers (same matches).
+_PLUS, _STAR = ("++", "*+") if sys.version_info >= (3, 11) else ("+", "*")
+_INT = r" " + _PLUS + r"(\d" + _PLUS + r")"  # a padded integer
+_VALUE = r" ([^ |\n]" + _PLUS + r")"  # a value up to the next " |"
 _FAST_ITERATION = re.compile(
     r" ?(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] )?"
-    r"iteration +(\d+)/ *(\d+) \|"
-    r" consumed samples: +(\d+) \|"
-    r" elapsed time per iteration \(ms\): ([^ |\n]+) \|"
-    r"(?: throughput per GPU \(TFLOP/s/GPU\): ([^ |\n]+) \|)?"
-    r" learning rate: ([^ |\n]+) \|"
-    r" global batch size: +(\d+) \|"
-    r"(?: ([^|:\n]*loss): ([^ |\n]+) \|((?: [^|:\n]*loss: [^ |\n]+ \|)*))?"
-    r" loss scale: ([^ |\n]+) \|"
-    r"(?: grad norm: ([^ |\n]+) \|)?"
-    r"(?: num zeros: ([^ |\n]+) \|)?"
-    r" number of skipped iterations: +(\d+) \|"
-    r" number of nan iterations: +(\d+) \|[ \t\r]*$",
+    r"iteration" + _INT + r"/ " + _STAR + r"(\d" + _PLUS + r") \|"
+    r" consumed samples:" + _INT + r" \|"
+    r" elapsed time per iteration \(ms\):" + _VALUE + r" \|"
+    r"(?: throughput per GPU \(TFLOP/s/GPU\):" + _VALUE + r" \|)?"
+    r" learning rate:" + _VALUE + r" \|"
+    r" global batch size:" + _INT + r" \|"
+    r"(?: ([^|:\n]*loss):" + _VALUE + r" \|((?: [^|:\n]*loss: [^ |\n]+ \|)*))?"
+    r" loss scale:" + _VALUE + r" \|"
+    r"(?: grad norm:" + _VALUE + r" \|)?"
+    r"(?: num zeros:" + _VALUE + r" \|)?"
+    r" number of skipped iterations:" + _INT + r" \|"
+    r" number of nan iterations:" + _INT + r" \|[ \t\r]*$",
     re.ASCII,
 )
 _FAST_MATCH = _FAST_ITERATION.match
@@ -140,11 +147,12 @@ _TIMESTAMP = re.compile(r"\[\s*(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?)\
 _TORCH_PREFIX = re.compile(r"\[(rank|default)(\d+)\]:\s?")
 _MEMORY = re.compile(r"\[Rank\s+(\d+)\]\s*\(after\s+(\d+)\s+iterations?\)\s*memory\s*\(MB\)\s*(.*)$")
 _VALIDATION = re.compile(r"\b(validation|test)\s+loss\s+at\s+iteration\s+(\d+)\b[^|]*\|(.*)$")
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _THEORETICAL = re.compile(
-    r"Theoretical memory footprints:\s*weight and optimizer\s*=\s*([0-9.eE+-]+)\s*MB"
-    r"(?:\s*,\s*activation\s*=\s*([0-9.eE+-]+)\s*MB)?(?:\s*,\s*total\s*=\s*([0-9.eE+-]+)\s*MB)?"
+    r"Theoretical memory footprints:\s*weight and optimizer\s*=\s*" + _NUMBER + r"\s*MB"
+    r"(?:\s*,\s*activation\s*=\s*" + _NUMBER + r"\s*MB)?(?:\s*,\s*total\s*=\s*" + _NUMBER + r"\s*MB)?"
 )
-_PARAMETERS = re.compile(r"\b(Total number|Number) of parameters (?:in (.+?) )?in billions:\s*([0-9.eE+-]+)")
+_PARAMETERS = re.compile(r"\b(Total number|Number) of parameters (?:in (.+?) )?in billions:\s*" + _NUMBER)
 _EVENT = re.compile(r"\[([A-Za-z][^\]]*)\]\s*datetime:\s*(.+?)\s*$")
 _WORKER_EXIT = re.compile(
     r"failed \(exitcode:\s*(-?\d+)\)\s*local_rank:\s*(\d+)\s*\(pid:\s*(\d+)\)(?:\s*of binary:\s*(\S+))?"
@@ -163,7 +171,7 @@ _SECONDARY = re.compile(  # errors that are usually the consequence of another r
     r"DistNetworkError|SignalException|got signal|connection closed by peer|timed out|Timeout",
     re.IGNORECASE,
 )
-_ITER_TIME_SAMPLES = re.compile(r"^\s*([0-9.eE+-]+)\s*s\s+samples/sec:\s*([0-9.eE+-]+)")
+_ITER_TIME_SAMPLES = re.compile(r"^\s*" + _NUMBER + r"\s*s\s+samples/sec:\s*" + _NUMBER)
 _ATTEMPT_DIR = re.compile(r"^attempt_(\d+)$")
 _CHILD_FIELD = re.compile(r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
 _CHILD_ENTRY = re.compile(r"^\s*\[(\d+)\]:\s*$")
@@ -235,31 +243,64 @@ def _convert(text: str, kind: type) -> float | int:
         return int(number) if kind is int and number.is_integer() else number
 
 
-def _percentile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (NumPy's default) on a sorted list."""
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = q * (len(ordered) - 1)
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+class _Distribution:
+    """Order statistics of numbers. Megatron prints step times and TFLOP/s with one decimal, so a long run has
+    few distinct values: they are counted (in C) and only the distinct values sorted; otherwise the list is
+    sorted in place. Percentiles interpolate linearly between closest ranks (NumPy's default)."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.n = len(values)
+        counts = Counter(values) if self.n > 1000 else None
+        if counts is not None and len(counts) * 4 <= self.n:
+            self.keys = sorted(counts)
+            self.cumulative: list[int] | None = list(accumulate(counts[k] for k in self.keys))
+            self.counts: Mapping[float, int] = counts
+        else:
+            values.sort()
+            self.keys, self.cumulative, self.counts = values, None, {}
+
+    def at(self, position: int) -> float:
+        """The value at a 0-based position of the sorted numbers."""
+        if self.cumulative is None:
+            return self.keys[position]
+        return self.keys[bisect_right(self.cumulative, position)]
+
+    def summary(self, factor: float | None = None) -> dict[str, float | int] | None:
+        """Count, median, p90, mean, min, max of the numbers, or of ``factor / x`` for each when given."""
+        n = self.n
+        if not n:
+            return None
+        if factor is None:
+            value = self.at
+            total = sum(self.keys) if self.cumulative is None else math.fsum(k * c for k, c in self.counts.items())
+        else:  # factor / x decreases with x: ascending position p is the value at n - 1 - p
+            value = lambda p: factor / self.at(n - 1 - p)  # noqa: E731
+            total = (
+                sum(map(factor.__truediv__, self.keys))
+                if self.cumulative is None
+                else math.fsum(factor / k * c for k, c in self.counts.items())
+            )
+
+        def percentile(q: float) -> float:
+            pos = q * (n - 1)
+            low = math.floor(pos)
+            high = min(low + 1, n - 1)
+            a, b = value(low), value(high)
+            return a + (b - a) * (pos - low)
+
+        return {
+            "count": n,
+            "median": percentile(0.5),
+            "p90": percentile(0.9),
+            "mean": total / n,
+            "min": value(0),
+            "max": value(n - 1),
+        }
 
 
-def _stats(values: list[float], ordered: bool = False) -> dict[str, float | int] | None:
-    """Count, median, p90, mean, min, max; sorts ``values`` in place unless already ``ordered``."""
-    if not values:
-        return None
-    if not ordered:
-        values.sort()
-    ordered_values = values
-    return {
-        "count": len(ordered_values),
-        "median": _percentile(ordered_values, 0.5),
-        "p90": _percentile(ordered_values, 0.9),
-        "mean": sum(ordered_values) / len(ordered_values),
-        "min": ordered_values[0],
-        "max": ordered_values[-1],
-    }
+def _stats(values: list[float]) -> dict[str, float | int] | None:
+    """Count, median, p90, mean, min, max (``values`` may be reordered)."""
+    return _Distribution(values).summary()
 
 
 def _is_nonfinite(value: Any) -> bool:
@@ -544,7 +585,7 @@ class MegatronLogParser:
         self._lines_counted = 0
         self._pending: dict[tuple[str, int] | None, _Traceback | _ChildFailed] = {}
         self._nan_reported = False
-        self._learned_rank: int | None = None
+        self._ranks_seen: set[int] = set()  # global ranks this source's content names ([Rank R], [rankN]:)
         self._source_start = 0
         self._source_counts = {"iterations": 0, "memory": 0}
         self._first_iteration: int | None = None
@@ -570,7 +611,7 @@ class MegatronLogParser:
         )
         self._lineno = self._lines_counted = 0
         self._nan_reported = False
-        self._learned_rank = None
+        self._ranks_seen = set()
         self._source_start = len(self.failures)
         self._source_counts = {"iterations": self.stats.count, "memory": self.stats.memory_count}
         self._first_iteration = None
@@ -589,8 +630,12 @@ class MegatronLogParser:
             "failures": len(self.failures) - self._source_start,
             "first_iteration": self._first_iteration,
             "last_iteration": self.stats.last["iteration"] if self._first_iteration is not None else None,
-            "rank": self._rank if self._rank is not None else self._learned_rank,
+            # the source's own rank when its content names a single one (not a combined log of many ranks)
+            "rank": self._rank if self._rank is not None else self._single_rank(),
         }
+
+    def _single_rank(self) -> int | None:
+        return next(iter(self._ranks_seen)) if len(self._ranks_seen) == 1 else None
 
     def fill_rank(self, start: int, rank: int) -> None:
         """Give ``rank`` to the failures from index ``start`` on that have none (same process, other stream)."""
@@ -615,9 +660,10 @@ class MegatronLogParser:
         fast = self._fast_iteration
         general = self._general
         match_line = _FAST_MATCH
+        pending = self._pending  # the same dict all along: its truth tells whether a block is open
         lineno = start = self._lineno
         for lineno, line in enumerate(lines, start + 1):  # noqa: B007 - lineno is read after the loop
-            if "iteration" in line and not self._pending:
+            if "iteration" in line and not pending:
                 match = match_line(line)
                 if match is not None and (taken := fast(match)):
                     if taken == 2:
@@ -636,6 +682,8 @@ class MegatronLogParser:
             if match:
                 key = (match.group(1), int(match.group(2)))
                 line = line[match.end() :]
+                if key[0] == "rank":
+                    self._ranks_seen.add(key[1])
         if self._pending and key in self._pending and self._continue(key, line.rstrip()):
             return
         if "iteration" in line:
@@ -719,24 +767,23 @@ class MegatronLogParser:
                         losses[name.strip()] = float(value)
             # Fields that rarely change from line to line are converted once and their objects shared.
             ints = self._int_cache
-            floats = self._float_cache
             iteration = int(it)
             elapsed_ms = float(elapsed)
             batch = ints.get(gbs)
             if batch is None:
-                batch = ints[gbs] = int(gbs)
+                batch = self._remember(ints, gbs, int)
             skipped_count = ints.get(skipped)
             if skipped_count is None:
-                skipped_count = ints[skipped] = int(skipped)
+                skipped_count = self._remember(ints, skipped, int)
             nan_count = ints.get(nans)
             if nan_count is None:
-                nan_count = ints[nans] = int(nans)
+                nan_count = self._remember(ints, nans, int)
             train_iters = ints.get(n)
             if train_iters is None:
-                train_iters = ints[n] = int(n)
-            loss_scale = floats.get(scale)
+                train_iters = self._remember(ints, n, int)
+            loss_scale = self._float_cache.get(scale)
             if loss_scale is None:
-                loss_scale = floats[scale] = float(scale)
+                loss_scale = self._remember(self._float_cache, scale, float)
             throughput = None if tflops is None else float(tflops)
             grad_norm = None if grad is None else float(grad)
             rec = {
@@ -758,9 +805,6 @@ class MegatronLogParser:
             }
         except ValueError:
             return 0
-        if len(ints) > 4096 or len(floats) > 4096:  # keep the caches small whatever the log holds
-            ints.clear()
-            floats.clear()
         self._append_iteration(rec)
         self._add_stats(rec, iteration, elapsed_ms, batch, throughput, losses, nan_count, skipped_count)
         if self._first_iteration is None:
@@ -771,6 +815,14 @@ class MegatronLogParser:
         if (nan_count or total - total) and not self._nan_reported:  # x - x is NaN for NaN and inf
             return 2  # the caller reports it, knowing the line number
         return 1
+
+    @staticmethod
+    def _remember(cache: dict[str, Any], text: str, kind: type) -> Any:
+        """Convert a value not yet in ``cache`` and keep it there (the cache stays small whatever the log)."""
+        if len(cache) >= 4096:
+            cache.clear()
+        value = cache[text] = kind(text)
+        return value
 
     def _iteration(self, line: str, match: re.Match[str]) -> None:
         for marker in _DEEPSPEED_MARKERS:
@@ -876,8 +928,7 @@ class MegatronLogParser:
                 rec[target] = number
             else:
                 rec["extra"][name] = number
-        if self._learned_rank is None:
-            self._learned_rank = rank
+        self._ranks_seen.add(rank)
         self.memory.append(rec)
         self.stats.add_memory(rec)
 
@@ -1171,17 +1222,16 @@ def summarize(
 
     warmup = max(0, int(warmup_iterations))
     # Iterations increase within a segment, so its warm-up records are a prefix of it: one bisection each.
-    bounds = [start for start, _ in stats.segments[1:]] + [stats.count]
-    steady = [
-        (bisect_left(stats.iters, first + warmup, start, end), end)
-        for (start, first), end in zip(stats.segments, bounds, strict=True)
-    ]
+    bounds = [start for start, _ in stats.segments[1:]] + ([stats.count] if stats.segments else [])
+    segments = [(start, first, bounds[k]) for k, (start, first) in enumerate(stats.segments)]
+    steady = [(bisect_left(stats.iters, first + warmup, start, end), end) for start, first, end in segments]
     kept = sum(end - cut for cut, end in steady)
     all_warmup = kept == 0 and stats.count > 0
     if all_warmup:
-        steady = [(start, end) for (start, _), end in zip(stats.segments, bounds, strict=True)]
+        steady = [(start, end) for start, _, end in segments]
     elapsed_ms = [x for a, b in steady for x in stats.elapsed[a:b] if x > 0]  # NaN > 0 is false
-    step = _stats(elapsed_ms)
+    elapsed_distribution = _Distribution(elapsed_ms)
+    step = elapsed_distribution.summary()
     if step is not None:
         step["warmup_iterations"] = warmup
         step["warmup_records_excluded"] = 0 if all_warmup else stats.count - kept
@@ -1193,18 +1243,18 @@ def summarize(
         for a, b in steady:
             batches.update(stats.gbs[a:b])
         if len(batches) == 1 and next(iter(batches)) > 0:
-            # One batch size: tokens/s per record is K / step time, so the sorted step times give the values
-            # already sorted (no second sort of a million values).
+            # One batch size: tokens/s per GPU of a record is K / its step time, taken from the step times'
+            # distribution (no second list of a million values).
             factor = next(iter(batches)) * seq_length * 1000.0 / world_size
-            tokens = _stats(list(map(factor.__truediv__, reversed(elapsed_ms))), ordered=True)
+            tokens = elapsed_distribution.summary(factor)
             if tokens is not None:
-                tokens["overall"] = factor * len(elapsed_ms) / sum(elapsed_ms)
+                tokens["overall"] = factor / step["mean"]  # type: ignore[index]
         else:
             per_iteration = [
-                (g, e)
+                (stats.gbs[k], stats.elapsed[k])
                 for a, b in steady
-                for g, e in zip(stats.gbs[a:b], stats.elapsed[a:b], strict=True)
-                if g > 0 and e > 0  # NaN (unknown) > 0 is false
+                for k in range(a, b)
+                if stats.gbs[k] > 0 and stats.elapsed[k] > 0  # NaN (unknown) > 0 is false
             ]
             tokens = _stats([g * seq_length * 1000.0 / world_size / e for g, e in per_iteration])
             if tokens is not None:
@@ -1305,17 +1355,18 @@ def parse_lines(
 def _open(path: str) -> IO[str]:
     if path.endswith(".gz"):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by the caller's with
+    return open(path, encoding="utf-8", errors="replace")  # closed by the caller's with
 
 
 def _describe(root: str, path: str) -> dict[str, Any]:
     """Node, attempt, local rank and stream of a file from its place in a torchrun log tree.
 
     torchrun writes ``<log_dir>/<run_id>_<random>/attempt_N/<local_rank>/{stdout,stderr}.log``; several nodes'
-    log dirs may be copied under one root, whose first level then names the node.
+    log dirs may be copied under one root, whose first level then names the node. A single file given directly
+    still gets its attempt and local rank from its path, but no node (nothing says which part would name it).
     """
-    rel = os.path.relpath(path, root) if os.path.isdir(root) else os.path.basename(path)
-    parts = rel.split(os.sep)
+    single = not os.path.isdir(root)
+    parts = os.path.normpath(path if single else os.path.relpath(path, root)).split(os.sep)
     info: dict[str, Any] = {"path": path, "node": None, "attempt": None, "local_rank": None, "stream": None}
     name = parts[-1]
     base = name[:-3] if name.endswith(".gz") else name
@@ -1329,10 +1380,10 @@ def _describe(root: str, path: str) -> dict[str, Any]:
         if i + 1 < len(parts) - 1 and parts[i + 1].isdigit():
             info["local_rank"] = int(parts[i + 1])
         node_parts = parts[: max(i - 1, 0)]  # what lies above <run_id>_<random>
-        info["node"] = "/".join(node_parts) if node_parts else None
+        info["node"] = "/".join(node_parts) if node_parts and not single else None
         break
     else:
-        if len(parts) > 1:
+        if len(parts) > 1 and not single:
             info["node"] = parts[0]
     return info
 
