@@ -6,17 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
+from presets import load_preset  # noqa: E402
 from trainops.cluster import uniform_cluster  # noqa: E402
 from trainops.model import model_from_dict  # noqa: E402
-
-
-def load_preset(name: str) -> dict:
-    return yaml.safe_load((ROOT / "models" / f"{name}.yml").read_text())
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import load_preset
+from presets import load_preset
 from trainops.plan import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import load_preset
+from presets import load_preset
 from trainops.cluster import cluster_from_hosts
 from trainops.errors import PlanError
 from trainops.plan import make_plan

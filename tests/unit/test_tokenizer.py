@@ -6,7 +6,7 @@ import base64
 import json
 
 import pytest
-from conftest import load_preset
+from presets import load_preset
 from trainops.errors import PlanError
 from trainops.plan import make_plan
 from trainops.tokenizer import TokenizerFormatError, detect_format, megatron_tokenizer
