@@ -5,7 +5,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 PLAYBOOKS := $(wildcard playbooks/*.yml) $(wildcard *.yml)
 
-.PHONY: setup plan test test-fast lint bench clean testbed-up testbed-down molecule
+.PHONY: demo setup plan test test-fast lint bench clean testbed-up testbed-down molecule
 
 setup: $(VENV)/.installed
 
@@ -15,13 +15,18 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install --quiet -r requirements.txt
 	touch $@
 
-## The main job on the built-in default: plan Llama3-8B on the example two-node S5000 cluster.
+## The main job on the built-in default: the local testbed, provisioned over SSH.
+demo: testbed-up
+	$(BIN)/ansible-playbook -i inventory/testbed provision.yml
+
+## Plan Llama3-8B on the example two-node S5000 cluster.
 plan: setup
 	$(BIN)/ansible-playbook playbooks/plan.yml -e tp=1 -e pp=2 -e recommend=true
 
-## Everything CI runs: lint, then every test.
+## Everything CI runs: lint, every test (the testbed ones bring the testbed up), then the molecule scenario.
 test: setup lint
 	$(BIN)/pytest -q tests
+	$(BIN)/molecule test
 
 ## Unit tests and controller-only playbook tests (no testbed).
 test-fast: setup

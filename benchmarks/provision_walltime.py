@@ -1,0 +1,79 @@
+"""Wall time of provision.yml on the testbed: cold and warm, 2 and 4 nodes, and what pipelining and
+ControlPersist each save.
+
+    sudo .venv/bin/python benchmarks/provision_walltime.py [--sizes 2 4]
+
+For each size: the testbed is rebuilt from scratch (testbed/down.yml, testbed/up.yml: fresh node engines, so
+the first provision.yml loads the image into every node: "cold"), then provision.yml runs again ("warm"), then
+warm again with the collective checks forced (-e recheck=true: by default a passing result recorded in the
+container is reused for an hour), with SSH pipelining off, and with ControlPersist off. Image building is timed
+separately (it is cached by recipe hash; `testbed/build-images.sh --force` rebuilds). Timings are noisy on a
+2-core machine: compare the ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> float:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ['PATH']}")
+    env.update(extra_env or {})
+    start = time.perf_counter()
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
+    opts = parser.parse_args()
+    playbook = [str(BIN / "ansible-playbook"), "-i", "inventory/testbed", "provision.yml"]
+    print(f"image build (cached): {timed(['testbed/build-images.sh']):.1f} s")
+    rows = []
+    for size in opts.sizes:
+        timed([str(BIN / "ansible-playbook"), "testbed/down.yml"])
+        up = timed([str(BIN / "ansible-playbook"), "testbed/up.yml", "-e", f"testbed_nodes={size}"])
+        cold = timed(playbook)
+        warm = timed(playbook)
+        recheck = timed(playbook + ["-e", "recheck=true"])
+        no_pipelining = timed(playbook, {"ANSIBLE_PIPELINING": "False"})
+        no_persist = timed(playbook, {"ANSIBLE_SSH_ARGS": "-o ControlMaster=no"})
+        rows.append((size, up, cold, warm, recheck, no_pipelining, no_persist))
+        print(
+            f"{size} nodes: up {up:.1f} s, cold {cold:.1f} s, warm {warm:.1f} s, "
+            f"warm without pipelining {no_pipelining:.1f} s, warm without ControlPersist {no_persist:.1f} s",
+            flush=True,
+        )
+    print()
+    print(
+        "| nodes | testbed up | provision cold | warm | warm/cold | warm, recheck=true | warm, no pipelining |"
+        " warm, no ControlPersist |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for size, up, cold, warm, recheck, nop, nocp in rows:
+        print(
+            f"| {size} | {up:.1f} s | {cold:.1f} s | {warm:.1f} s | {warm / cold:.0%} | {recheck:.1f} s | {nop:.1f} s"
+            f" | {nocp:.1f} s |"
+        )
+    if len(rows) >= 2:
+        print(
+            f"\n{rows[1][0]} nodes / {rows[0][0]} nodes: cold {rows[1][2] / rows[0][2]:.2f}x, "
+            f"warm {rows[1][3] / rows[0][3]:.2f}x"
+        )
+    timed([str(BIN / "ansible-playbook"), "testbed/up.yml", "-e", "testbed_nodes=2"])
+
+
+if __name__ == "__main__":
+    main()
