@@ -1,11 +1,11 @@
-"""Jinja filters over the core: inventory extraction and shell rendering."""
+"""Jinja filters over the core: inventory, cluster, tool-output parsers, shell rendering, reports."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 _CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
@@ -72,36 +72,27 @@ def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
     return " \\\n".join(pad + " ".join(group) for group in groups)
 
 
-def parse_mthreads_gmi(text: str) -> list[dict[str, Any]]:
-    """Cards (index, name, bus_id, memory_total_mib, memory_used_mib, utilization_pct, processes)."""
-    try:
-        return _parse_mthreads_gmi(text)["cards"]
-    except GmiParseError as exc:
-        raise AnsibleFilterError(f"parse_mthreads_gmi: {exc}") from None
+def _filter_error(name: str, parse: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a core parser so that its own error becomes an Ansible filter error naming the filter."""
+
+    def wrapped(*args: Any) -> Any:
+        try:
+            return parse(*args)
+        except (GmiParseError, CollectiveParseError) as exc:
+            raise AnsibleFilterError(f"{name}: {exc}") from None
+
+    wrapped.__doc__ = parse.__doc__
+    return wrapped
 
 
-def parse_mthreads_gmi_full(text: str) -> dict[str, Any]:
-    """Cards plus the tool and driver versions."""
-    try:
-        return _parse_mthreads_gmi(text)
-    except GmiParseError as exc:
-        raise AnsibleFilterError(f"parse_mthreads_gmi: {exc}") from None
-
-
-def parse_nvidia_smi(gpus_csv: str, apps_csv: str = "") -> list[dict[str, Any]]:
-    """Cards from nvidia-smi's CSV queries, in the same shape as parse_mthreads_gmi."""
-    try:
-        return _parse_nvidia_smi_csv(gpus_csv, apps_csv)["cards"]
-    except GmiParseError as exc:
-        raise AnsibleFilterError(f"parse_nvidia_smi: {exc}") from None
-
-
-def parse_allreduce_perf(text: str) -> dict[str, Any]:
-    """rows, avg_busbw_gbps, largest_busbw_gbps, wrong, out_of_bounds of an all_reduce_perf run."""
-    try:
-        return _parse_allreduce_perf(text)
-    except CollectiveParseError as exc:
-        raise AnsibleFilterError(f"parse_allreduce_perf: {exc}") from None
+#: Cards (index, name, bus_id, memory_total_mib, memory_used_mib, utilization_pct, processes).
+parse_mthreads_gmi = _filter_error("parse_mthreads_gmi", lambda text: _parse_mthreads_gmi(text)["cards"])
+#: Cards plus the tool and driver versions.
+parse_mthreads_gmi_full = _filter_error("parse_mthreads_gmi", _parse_mthreads_gmi)
+#: Cards from nvidia-smi's CSV queries, in the same shape as parse_mthreads_gmi.
+parse_nvidia_smi = _filter_error("parse_nvidia_smi", lambda gpus, apps="": _parse_nvidia_smi_csv(gpus, apps)["cards"])
+#: rows, avg_busbw_gbps, largest_busbw_gbps, wrong, out_of_bounds of an all_reduce_perf run.
+parse_allreduce_perf = _filter_error("parse_allreduce_perf", _parse_allreduce_perf)
 
 
 def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -1,0 +1,49 @@
+"""The Jinja filters: thin wrappers that turn core errors into clear filter errors."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("trainops_filters", ROOT / "plugins" / "filter" / "trainops.py")
+filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(filters)
+FILTERS = filters.FilterModule().filters()
+
+
+def test_parsers_return_core_results():
+    text = (ROOT / "tests" / "fixtures" / "mthreads-gmi" / "s5000-x8-gmi2.4.1.txt").read_text()
+    assert len(FILTERS["parse_mthreads_gmi"](text)) == 8
+    assert FILTERS["parse_mthreads_gmi_full"](text)["driver_version"] == "5.1.0-server"
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("parse_mthreads_gmi", ("garbage",)), ("parse_nvidia_smi", ("x",)), ("parse_allreduce_perf", ("",))],
+)
+def test_garbage_becomes_a_filter_error_naming_the_filter(name, args):
+    with pytest.raises(AnsibleFilterError, match=f"^{name}: "):
+        FILTERS[name](*args)
+
+
+def test_cluster_and_inventory_problems():
+    nodes = [
+        {"name": "a", "ansible_host": "10.0.0.1", "slots": 4},
+        {"name": "b", "ansible_host": "10.0.0.2", "slots": 4, "master": True},
+    ]
+    cluster = FILTERS["trainops_cluster"](nodes)
+    assert (cluster["master"], cluster["world_size"]) == ("b", 8)
+    assert FILTERS["trainops_inventory_problems"]([dict(nodes[0], slots=0)]) == [
+        "node a: slots must be an integer 1..16, got 0"
+    ]
+    with pytest.raises(AnsibleFilterError, match="invalid inventory"):
+        FILTERS["trainops_cluster"]([dict(nodes[0], accelerator="tpu")])
+
+
+def test_shell_arg_lines_quote_every_value():
+    text = FILTERS["trainops_shell_arg_lines"](["--data-path", "/d $(x)", "--swiglu"], 2)
+    assert text == "  --data-path '/d $(x)' \\\n  --swiglu"
