@@ -44,24 +44,30 @@ def listen(port: int, seconds: float, count: int) -> int:
     return 0
 
 
-def probe(host: str, port: int, seconds: float) -> int:
+def reach(host: str, port: int, seconds: float) -> str | None:
+    """None when HOST:PORT answers as our listener within SECONDS, else why not."""
     deadline = time.monotonic() + seconds
     error = "no attempt"
     while time.monotonic() < deadline:
         try:
             with socket.create_connection((host, port), timeout=2) as conn:
                 if conn.recv(64).startswith(b"mtt-train-ops"):
-                    print(f"reached {host}:{port}")
-                    return 0
+                    return None
                 error = "something else answers on that port"
         except OSError as exc:
             error = exc.strerror or str(exc)
         time.sleep(0.3)
-    print(f"cannot reach {host}:{port}: {error}")
-    return 2
+    return error
 
 
-def resolve(names: list[str]) -> int:
+def probe(host: str, port: int, seconds: float) -> int:
+    error = reach(host, port, seconds)
+    print(f"reached {host}:{port}" if error is None else f"cannot reach {host}:{port}: {error}")
+    return 0 if error is None else 2
+
+
+def unresolved(names: list[str]) -> dict[str, str]:
+    """Names (this host's own first) that do not resolve, or resolve to loopback for our own name."""
     own = socket.gethostname()
     failed = {}
     for name in [own, *names]:
@@ -72,7 +78,26 @@ def resolve(names: list[str]) -> int:
             continue
         if name == own and address.startswith("127."):
             failed[name] = f"this host's own name resolves to loopback {address}; gloo/NCCL would advertise it"
-    print(json.dumps({"hostname": own, "unresolved": failed}))
+    return failed
+
+
+def resolve(names: list[str]) -> int:
+    print(json.dumps({"hostname": socket.gethostname(), "unresolved": unresolved(names)}))
+    return 0
+
+
+def check(host: str, port: int, seconds: float, names: list[str]) -> int:
+    error = None if host == "-" else reach(host, port, seconds)
+    print(
+        json.dumps(
+            {
+                "hostname": socket.gethostname(),
+                "target": f"{host}:{port}",
+                "probe_error": error,
+                "unresolved": unresolved(names),
+            }
+        )
+    )
     return 0
 
 
@@ -86,6 +111,8 @@ def main(argv: list[str]) -> int:
         return probe(args[0], int(args[1]), float(args[2]))
     if command == "resolve":
         return resolve(args)
+    if command == "check":
+        return check(args[0], int(args[1]), float(args[2]), args[3:])
     print(__doc__)
     return 64
 
