@@ -49,8 +49,8 @@ molecule: setup
 	cd $(CURDIR) && $(BIN)/molecule test
 
 lint: setup
-	$(BIN)/ruff check plugins roles tests benchmarks tools testbed
-	$(BIN)/ruff format --check plugins roles tests benchmarks tools
+	$(BIN)/ruff check plugins roles tests benchmarks tools testbed jobs
+	$(BIN)/ruff format --check plugins roles tests benchmarks tools jobs
 	for p in $(PLAYBOOKS); do $(BIN)/ansible-playbook --syntax-check "$$p" || exit 1; done
 	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml testbed molecule
 	$(BIN)/shellcheck testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \

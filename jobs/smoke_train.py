@@ -1,0 +1,185 @@
+"""mtt-train-ops smoke job: a real launch path with a program of the project's own.
+
+Run under torchrun on every node, in place of Megatron's pretrain_gpt.py: on the CPU testbed, and on a GPU
+cluster as a one-minute check before a long run. It
+
+1. initialises torch.distributed (gloo on the CPU; the backend's own, e.g. nccl/mccl, on cards);
+2. builds megatron-core's parallel groups for the planned tp/pp/cp (``parallel_state``), and checks an
+   all-reduce in every tensor-, pipeline- and data-parallel group: each must sum to its group's size;
+3. trains a small real model (token embedding, two MLP blocks, output layer) with data parallelism over
+   every rank (DistributedDataParallel), on the Megatron dataset given by ``--data-path`` when megatron-core
+   can read it, else on a fixed synthetic sequence;
+4. prints, from the last rank as Megatron does, one line per iteration in Megatron's format with measured
+   values: elapsed time, throughput (model FLOPs, 6 x parameters x tokens), learning rate, global batch,
+   lm loss, loss scale, grad norm, skipped and NaN counts. Device memory lines are printed only on cards
+   (a CPU has no allocator statistics to report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import time
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from torch.nn.parallel import DistributedDataParallel
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--cp", type=int, default=1)
+    parser.add_argument("--train-iters", type=int, default=20)
+    parser.add_argument("--micro-batch-size", type=int, default=1)
+    parser.add_argument("--global-batch-size", type=int, default=0, help="default: mbs x world size")
+    parser.add_argument("--seq-length", type=int, default=128)
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--vocab-size", type=int, default=257)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--data-path", default="", help="Megatron data prefix (.bin/.idx)")
+    parser.add_argument("--backend", default="", help="default: gloo on CPU, nccl on cards")
+    parser.add_argument("--seed", type=int, default=42)
+    return parser.parse_args()
+
+
+def check_groups(tp: int, pp: int, cp: int) -> dict[str, int]:
+    """Build Megatron's groups and prove each one with an all-reduce; returns the group sizes."""
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
+    )
+    groups = {
+        "tp": parallel_state.get_tensor_model_parallel_group(),
+        "pp": parallel_state.get_pipeline_model_parallel_group(),
+        "dp": parallel_state.get_data_parallel_group(),
+    }
+    sizes = {}
+    for name, group in groups.items():
+        size = dist.get_world_size(group=group)
+        probe = torch.ones(1)
+        dist.all_reduce(probe, group=group)
+        if int(probe.item()) != size:
+            raise RuntimeError(f"all-reduce in the {name} group gave {probe.item()}, expected {size}")
+        sizes[name] = size
+    return sizes
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self, vocab: int, hidden: int):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.blocks = torch.nn.Sequential(
+            torch.nn.Linear(hidden, 4 * hidden),
+            torch.nn.GELU(),
+            torch.nn.Linear(4 * hidden, hidden),
+            torch.nn.Linear(hidden, 4 * hidden),
+            torch.nn.GELU(),
+            torch.nn.Linear(4 * hidden, hidden),
+        )
+        self.out = torch.nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(self.blocks(self.embed(tokens)))
+
+
+def token_source(data_path: str, vocab: int, seed: int):
+    """Yield token tensors of any length: from a Megatron dataset when possible, else synthetic."""
+    tokens = None
+    if data_path:
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+        dataset = IndexedDataset(data_path)
+        tokens = torch.cat([torch.from_numpy(dataset[i].astype("int64")) for i in range(len(dataset))])
+        tokens = tokens.clamp(max=vocab - 1)
+    if tokens is None:
+        generator = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(0, vocab, (1 << 16,), generator=generator)
+    return tokens
+
+
+def main() -> None:
+    args = parse_args()
+    backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=300))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    last = rank == world - 1
+    torch.manual_seed(args.seed)
+    sizes = check_groups(args.tp, args.pp, args.cp)
+    if last:
+        print(
+            f"[smoke] world {world}: all-reduce checked in every group "
+            f"(tp={sizes['tp']} pp={sizes['pp']} dp={sizes['dp']})",
+            flush=True,
+        )
+
+    gbs = args.global_batch_size or args.micro_batch_size * world
+    if gbs % (args.micro_batch_size * world):
+        raise SystemExit(f"global batch {gbs} is not divisible by mbs x world = {args.micro_batch_size * world}")
+    accumulation = gbs // (args.micro_batch_size * world)
+    model = DistributedDataParallel(TinyLM(args.vocab_size, args.hidden_size))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    parameters = sum(p.numel() for p in model.parameters())
+    tokens = token_source(args.data_path, args.vocab_size, args.seed)
+    span = args.seq_length + 1
+    consumed = 0
+
+    for iteration in range(1, args.train_iters + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros(1)
+        for micro in range(accumulation):
+            rows = []
+            for row in range(args.micro_batch_size):
+                sample = (consumed + (rank * accumulation + micro) * args.micro_batch_size + row) * span
+                offset = sample % (tokens.numel() - span)
+                rows.append(tokens[offset : offset + span])
+            batch = torch.stack(rows)
+            logits = model(batch[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab_size), batch[:, 1:].reshape(-1))
+            (loss / accumulation).backward()
+            loss_sum += loss.detach() / accumulation
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        finite = bool(torch.isfinite(grad_norm))
+        if finite:  # like Megatron: a step with a non-finite gradient is skipped and counted
+            optimizer.step()
+        dist.all_reduce(loss_sum)
+        elapsed = torch.tensor([time.perf_counter() - start])
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        consumed += gbs
+        seconds = float(elapsed)
+        tflops = 6 * parameters * gbs * args.seq_length / seconds / world / 1e12
+        if last:
+            loss_value = float(loss_sum) / world
+            stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+            loss_text = f" lm loss: {loss_value:.6E} |" if math.isfinite(loss_value) else ""
+            grad_text = f" grad norm: {float(grad_norm):.3f} |" if finite else ""
+            print(
+                f"[{stamp}] iteration {iteration:8d}/{args.train_iters:8d} | consumed samples: {consumed:12d} |"
+                f" elapsed time per iteration (ms): {seconds * 1000:.1f} |"
+                f" throughput per GPU (TFLOP/s/GPU): {tflops:.6f} | learning rate: {args.lr:.6E} |"
+                f" global batch size: {gbs:5d} |{loss_text} loss scale: 1.0 |{grad_text}"
+                f" number of skipped iterations: {int(not finite):3d} |"
+                f" number of nan iterations: {int(not finite):3d} |",
+                flush=True,
+            )
+            if torch.cuda.is_available():
+                mib = 1024 * 1024
+                print(
+                    f"[Rank {rank}] (after {iteration} iterations) memory (MB) | allocated: "
+                    f"{torch.cuda.memory_allocated() / mib} | max allocated: {torch.cuda.max_memory_allocated() / mib}"
+                    f" | reserved: {torch.cuda.memory_reserved() / mib} | max reserved: "
+                    f"{torch.cuda.max_memory_reserved() / mib}",
+                    flush=True,
+                )
+    if last:
+        print(f"[after training is done] datetime: {datetime.datetime.now():%Y-%m-%d %H:%M:%S}", flush=True)
+    parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
