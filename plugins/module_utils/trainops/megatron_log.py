@@ -51,7 +51,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import IO, Any
@@ -233,6 +233,14 @@ def _value(text: str) -> float | str | None:
         return float(head)
     except ValueError:
         return stripped
+
+
+def _fields(text: str) -> Iterator[tuple[str, Any]]:
+    """(name, value) of every ``name: value`` field of a ``|``-separated line part."""
+    for part in text.split("|"):
+        name, colon, value = part.partition(":")
+        if colon:
+            yield name.strip(), _value(value)
 
 
 def _convert(text: str, kind: type) -> float | int:
@@ -917,13 +925,8 @@ class MegatronLogParser:
             "extra": {},
             "file": self._source,
         }
-        for text in match.group(3).split("|"):
-            name, colon, value = text.partition(":")
-            if not colon:
-                continue
-            name = name.strip()
+        for name, number in _fields(match.group(3)):
             target = _MEMORY_FIELDS.get(name)
-            number = _value(value)
             if target is not None and isinstance(number, float):
                 rec[target] = number
             else:
@@ -941,12 +944,7 @@ class MegatronLogParser:
             "extra": {},
             "file": self._source,
         }
-        for text in match.group(3).split("|"):
-            name, colon, value = text.partition(":")
-            if not colon:
-                continue
-            name = name.strip()
-            number = _value(value)
+        for name, number in _fields(match.group(3)):
             if name.endswith(" value"):
                 rec["losses"][name[: -len(" value")]] = number
             elif name.endswith(" PPL"):
