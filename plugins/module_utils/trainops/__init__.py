@@ -7,9 +7,13 @@ over it, and the unit tests import it directly (``plugins/module_utils`` on
 
 __all__ = [
     "cluster",
+    "collective",
+    "errors",
     "flops",
+    "gmi",
     "layout",
     "megatron_args",
+    "megatron_log",
     "memory",
     "model",
     "plan",

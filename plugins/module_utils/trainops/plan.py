@@ -18,9 +18,9 @@ from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
 from .layout import Layout, LayoutRequest, plan_layout
 from .megatron_args import RunPaths, TrainingConfig, build_megatron_args, check_training
-from .memory import GIB, estimate_stages, megatron_theoretical
+from .memory import GIB, megatron_theoretical
 from .model import ModelSpec, model_from_dict
-from .recommend import describe, memory_limit_gib, recommend
+from .recommend import describe, layout_stage_memory, memory_limit_gib, recommend
 from .tokenizer import TYPES as TOKENIZER_TYPES
 from .tokenizer import TokenizerFormatError, megatron_tokenizer
 
@@ -96,22 +96,7 @@ def resolve_tokenizer(explicit: str | None, path: str, model: ModelSpec) -> tupl
 def memory_report(model: ModelSpec, cluster: Cluster, layout: Layout, headroom: float) -> dict[str, Any]:
     """Per-stage estimate, the most loaded stage, and Megatron's own theoretical figure."""
     req = layout.request
-    stages = estimate_stages(
-        model,
-        stage_layers=layout.stage_layers,
-        tp=layout.tp,
-        cp=layout.cp,
-        vpp=layout.vpp,
-        dp=layout.dp,
-        micro_batch_size=layout.micro_batch_size,
-        seq_length=layout.seq_length,
-        padded_vocab=layout.padded_vocab,
-        num_microbatches=layout.num_microbatches,
-        distributed_optimizer=req.distributed_optimizer,
-        sequence_parallel=layout.sequence_parallel,
-        recompute=req.recompute,
-        flash_attention=req.flash_attention,
-    )
+    stages = layout_stage_memory(model, layout)
     worst = max(stages, key=lambda st: st.total)
     limit = memory_limit_gib(cluster, headroom)
     theory = megatron_theoretical(

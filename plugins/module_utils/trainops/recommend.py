@@ -27,7 +27,7 @@ from .cluster import Cluster
 from .errors import PlanError
 from .flops import flops_per_iteration, layer_flops_per_token, output_layer_flops_per_token
 from .layout import Layout, LayoutRequest, divisors, parse_version, plan_layout, tp_allowed
-from .memory import GIB, estimate_stages, parameter_counts
+from .memory import GIB, StageMemory, estimate_stages, parameter_counts
 from .model import ModelSpec
 
 MBS_CHOICES = (1, 2, 4, 8)
@@ -49,6 +49,27 @@ class Estimate:
         total = self.iteration_s
         parts = [f"{name} {100 * value / total:.0f}%" for name, value in self.terms_s.items() if value / total >= 0.005]
         return ", ".join(parts)
+
+
+def layout_stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
+    """The per-stage memory estimate of a validated layout."""
+    req = layout.request
+    return estimate_stages(
+        model,
+        stage_layers=layout.stage_layers,
+        tp=layout.tp,
+        cp=layout.cp,
+        vpp=layout.vpp,
+        dp=layout.dp,
+        micro_batch_size=layout.micro_batch_size,
+        seq_length=layout.seq_length,
+        padded_vocab=layout.padded_vocab,
+        num_microbatches=layout.num_microbatches,
+        distributed_optimizer=req.distributed_optimizer,
+        sequence_parallel=layout.sequence_parallel,
+        recompute=req.recompute,
+        flash_attention=req.flash_attention,
+    )
 
 
 def memory_limit_gib(cluster: Cluster, headroom_fraction: float) -> float:
@@ -98,22 +119,7 @@ def estimate(model: ModelSpec, cluster: Cluster, layout: Layout, headroom_fracti
     dp_group_span = tp * layout.cp * dp
     dp_time = dp_bytes / (inter if nodes > 1 and dp_group_span > per_node else intra)
 
-    stages = estimate_stages(
-        model,
-        stage_layers=layout.stage_layers,
-        tp=tp,
-        cp=layout.cp,
-        vpp=layout.vpp,
-        dp=dp,
-        micro_batch_size=b,
-        seq_length=s,
-        padded_vocab=layout.padded_vocab,
-        num_microbatches=m,
-        distributed_optimizer=req.distributed_optimizer,
-        sequence_parallel=layout.sequence_parallel,
-        recompute=req.recompute,
-        flash_attention=req.flash_attention,
-    )
+    stages = layout_stage_memory(model, layout)
     peak_gib = max(st.total for st in stages) / GIB
     terms = {"compute": compute, "bubble": bubble, "tp-comm": tp_time, "pp-comm": pp_time, "dp-comm": dp_time}
     total = sum(terms.values())
