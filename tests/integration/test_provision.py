@@ -268,3 +268,10 @@ def test_smoke_job_trains_across_nodes_and_logs_megatron_lines(converged):
     assert all(r["global_batch_size"] == 8 and r["elapsed_ms"] > 0 for r in iterations)
     assert iterations[-1]["losses"]["lm loss"] < iterations[0]["losses"]["lm loss"]
     assert log["failures"] == [] and log["summary"]["training_done"]
+
+
+def test_a_missing_dataset_is_named(converged):
+    result = playbook("provision.yml", "-e", "data_path=/data/datasets/no_such_document")
+    assert result.returncode != 0
+    assert "node1: missing in container 'train': /data/datasets/no_such_document.bin, " in result.stdout
+    assert "/data/datasets/no_such_document.idx" in result.stdout
