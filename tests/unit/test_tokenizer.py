@@ -90,3 +90,66 @@ def test_plan_uses_the_detected_tokenizer(tmp_path):
             run_id="r",
             tokenizer_path=str(bad / "tokenizer.model"),
         )
+
+
+# --- what the dataset builder reads -----------------------------------------------------------------------------
+
+
+def test_llama3_special_tokens_layout():
+    from trainops.tokenizer import llama3_special_tokens
+
+    special = llama3_special_tokens(128000)
+    assert len(special) == 256 and max(special.values()) == 128255
+    assert special["<|begin_of_text|>"] == 128000 and special["<|end_of_text|>"] == 128001
+    assert special["<|eot_id|>"] == 128009 and special["<|reserved_special_token_250|>"] == 128255
+
+
+def test_read_tiktoken_ranks_names_the_bad_line(tmp_path):
+    from trainops.tokenizer import read_tiktoken_ranks
+
+    path = tmp_path / "tokenizer.model"
+    write_tiktoken(path)
+    assert read_tiktoken_ranks(str(path)) == {t: i for i, t in enumerate(TOKENS)}
+    path.write_bytes(path.read_bytes() + b"not-base64!! x\n")
+    with pytest.raises(TokenizerFormatError, match=r"tokenizer.model:5: not '<base64 token> <rank>'"):
+        read_tiktoken_ranks(str(path))
+
+
+def test_huggingface_eod_prefers_the_configured_eos():
+    from trainops.tokenizer import huggingface_eod
+
+    data = {"model": {"vocab": {"a": 0}}, "added_tokens": [{"id": 5, "content": "</s>"}, {"id": 6, "content": "<e>"}]}
+    assert huggingface_eod(data) == ("</s>", 5)
+    assert huggingface_eod(data, {"eos_token": {"content": "<e>"}}) == ("<e>", 6)
+    with pytest.raises(TokenizerFormatError, match="names eos_token '<x>'"):
+        huggingface_eod(data, {"eos_token": "<x>"})
+    with pytest.raises(TokenizerFormatError, match="no end-of-document token"):
+        huggingface_eod({"model": {"vocab": {"a": 0}}})
+
+
+def test_describe_tells_the_builder_how_to_encode(tmp_path):
+    from trainops.tokenizer import describe
+
+    path = tmp_path / "tokenizer.model"
+    write_tiktoken(path)
+    bare = describe(str(path))
+    assert (bare["format"], bare["type"], bare["encoder"], bare["launch_ready"]) == (
+        "tiktoken-bpe",
+        "TikTokenizer",
+        "tiktoken",
+        False,
+    )
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
+    beside = describe(str(path))
+    assert (beside["type"], beside["model"], beside["encoder"], beside["launch_ready"]) == (
+        "HuggingFaceTokenizer",
+        str(tmp_path),
+        "tiktoken",
+        True,
+    )
+    directory = describe(str(tmp_path))
+    assert (directory["encoder"], directory["source"]) == ("tokenizers", str(tmp_path / "tokenizer.json"))
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text(json.dumps([{"rank": 0, "token_bytes": "YQ==", "token_str": "a"}]))
+    with pytest.raises(TokenizerFormatError, match="use_megatron_preprocess"):
+        describe(str(vocab))

@@ -1,0 +1,237 @@
+"""playbooks/data.yml on the testbed: JSONL -> .bin/.idx in the master's training container, read back.
+
+Tokenizers are trained in the container on a deterministic corpus (its own Python standard library sources) by
+benchmarks/preprocess_throughput.py: a SentencePiece model, a byte-level BPE in tiktoken's file format, and the
+same BPE as a Hugging Face tokenizer.json. Files go under /data/mtt-data-tests in node1's container only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from testbed import NODE_CONTAINERS, ROOT, docker, in_container, in_node, playbook
+
+pytestmark = [pytest.mark.testbed]
+
+BASE = "/data/mtt-data-tests"
+FX = f"{BASE}/fx"
+OUT = f"{BASE}/out"
+FAST = ("-e", "data_build_poll_s=1")
+TOKENIZERS = {
+    "sentencepiece": (f"{FX}/sp/tokenizer.model", "SentencePieceTokenizer"),
+    "tiktoken": (f"{FX}/tiktoken/tokenizer.model", "TikTokenizer"),
+    "tiktoken-beside-json": (f"{FX}/hf/tokenizer.model", "HuggingFaceTokenizer"),
+    "huggingface": (f"{FX}/hf/tokenizer.json", "HuggingFaceTokenizer"),
+}
+
+# Reads a dataset back with megatron-core's IndexedDataset and decodes it with the tokenizer's own library.
+READ_BACK = r"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+prefix, tok, kind, corpus = sys.argv[1:5]
+manifest = json.load(open(prefix + ".manifest.json"))
+if kind == "sentencepiece":
+    import sentencepiece
+    decode = sentencepiece.SentencePieceProcessor(model_file=tok).decode
+elif kind == "huggingface":
+    import tokenizers
+    decode = tokenizers.Tokenizer.from_file(tok).decode
+else:
+    import base64, tiktoken
+    ranks = {base64.b64decode(t): int(r) for t, r in (l.split() for l in open(tok, "rb") if l.strip())}
+    decode = tiktoken.Encoding(name="t", pat_str=r"\S+|\s+", mergeable_ranks=ranks, special_tokens={}).decode
+data = IndexedDataset(prefix)
+texts = [json.loads(line)["text"] for line in open(corpus, encoding="utf-8")]
+eod = manifest["tokenizer"]["eod_id"]
+wrong = [i for i, text in enumerate(texts) if data[i][-1] != eod or decode(data[i][:-1].tolist()) != text]
+print(json.dumps({"documents": len(data), "texts": len(texts), "tokens": int(data.sequence_lengths.sum()),
+                  "wrong": wrong[:5], "manifest": manifest}))
+"""
+
+
+def _put(path: str, content: bytes) -> None:
+    """Write a file into node1's training container."""
+    command = ["docker", "exec", "-i", NODE_CONTAINERS["node1"], "docker", "exec", "-i", "train"]
+    command += ["sh", "-c", f"mkdir -p $(dirname {path}) && cat > {path}"]
+    subprocess.run(command, input=content, check=True, timeout=60)
+
+
+def _data(*extra: str, container_args: tuple[str, ...] = ()):
+    return playbook("playbooks/data.yml", *FAST, *container_args, *extra, timeout=600)
+
+
+def _args(input_path: str, prefix: str, tokenizer: str = TOKENIZERS["sentencepiece"][0]) -> list[str]:
+    return ["-e", f"input={input_path}", "-e", f"output_prefix={prefix}", "-e", f"tokenizer={tokenizer}"]
+
+
+@pytest.fixture(scope="module")
+def provisioned(testbed):
+    """The training containers are up (provision.yml once when they are not)."""
+    running = in_node("node1", "docker inspect -f '{{.State.Running}}' train", check=False).stdout.strip()
+    if running != "true":
+        result = playbook("provision.yml")
+        assert result.returncode == 0, result.stdout[-6000:]
+    return testbed
+
+
+@pytest.fixture(scope="module")
+def fixtures(provisioned):
+    in_container("node1", f"rm -rf {BASE} && mkdir -p {BASE}")
+    _put(f"{BASE}/preprocess_throughput.py", (ROOT / "benchmarks" / "preprocess_throughput.py").read_bytes())
+    made = in_container("node1", f"python3 {BASE}/preprocess_throughput.py fixtures {FX} --mb 2")
+    yield json.loads(made.stdout)
+    in_container("node1", f"rm -rf {BASE}", check=False)
+
+
+@pytest.mark.parametrize("kind", list(TOKENIZERS))
+def test_round_trip(fixtures, kind):
+    tokenizer, expected_type = TOKENIZERS[kind]
+    prefix = f"{OUT}/{kind}"
+    result = _data(*_args(fixtures["corpus"], prefix, tokenizer), "-e", "workers=2")
+    assert result.returncode == 0, result.stdout[-4000:]
+    progress = [line for line in result.stdout.splitlines() if "msg: 'node1: done," in line]
+    assert progress and "documents" in progress[0] and "tokens/s" in progress[0]  # the live progress lines
+    _put(f"{BASE}/read_back.py", READ_BACK.encode())
+    library = {"sentencepiece": "sentencepiece", "huggingface": "huggingface"}.get(kind, "tiktoken")
+    back = json.loads(
+        in_container("node1", f"python3 {BASE}/read_back.py {prefix} {tokenizer} {library} {fixtures['corpus']}").stdout
+    )
+    assert back["documents"] == back["texts"] == fixtures["documents"]
+    assert back["wrong"] == []
+    manifest = back["manifest"]
+    tok = manifest["tokenizer"]
+    assert tok["type"] == expected_type and tok["path"] == tokenizer
+    assert manifest["documents"] == fixtures["documents"] and manifest["tokens"] == back["tokens"]
+    assert manifest["skipped"] == {"total": 0, "by_reason": {}, "first_lines": {}}
+    assert manifest["input"]["bytes"] == fixtures["bytes"] and len(manifest["input"]["sha256"]) == 64
+    assert manifest["workers"] == 2 and manifest["tokens_per_s"] > 0
+    assert {"python", "numpy", "megatron_core"} <= set(manifest["versions"])
+    if kind == "sentencepiece":
+        assert (tok["vocab_size"], tok["eod_id"], tok["eod_token"]) == (2000, 2, "</s>")
+    else:  # 3000 BPE ranks + Llama 3's 256 special tokens; <|end_of_text|> is the second
+        assert (tok["vocab_size"], tok["eod_id"], tok["eod_token"]) == (3256, 3001, "<|end_of_text|>")
+    assert tok["launch_ready"] is (kind != "tiktoken")
+    # nothing temporary is left beside the dataset
+    assert in_container("node1", f"ls -A {OUT} | grep '^\\.' || true").stdout == ""
+
+
+def test_tiktoken_and_huggingface_encode_the_same_ids(fixtures):
+    """The BPE as a tiktoken file and as tokenizer.json give byte-identical datasets."""
+    for kind in ("tiktoken", "huggingface"):
+        if in_container("node1", f"test -f {OUT}/{kind}.bin", check=False).returncode:
+            pytest.skip("needs the round-trip datasets")
+    same = in_container("node1", f"cmp {OUT}/tiktoken.bin {OUT}/huggingface.bin && echo same", check=False)
+    assert same.stdout.strip() == "same"
+
+
+def test_bad_lines_are_skipped_counted_and_limited(fixtures):
+    lines = [
+        '{"text": "first document"}',
+        "{not json",
+        '{"title": "no text"}',
+        '{"text": ""}',
+        "",
+        '{"text": "second document"}',
+        "[1, 2]",
+        '{"text": 7}',
+    ]
+    _put(f"{BASE}/bad.jsonl", ("\n".join(lines) + "\n").encode())
+    ok = _data(*_args(f"{BASE}/bad.jsonl", f"{OUT}/bad"), "-e", "max_bad_lines=5")
+    assert ok.returncode == 0, ok.stdout[-4000:]
+    manifest = json.loads(in_container("node1", f"cat {OUT}/bad.manifest.json").stdout)
+    assert manifest["documents"] == 2
+    assert manifest["skipped"]["by_reason"] == {
+        "malformed_json": 1,
+        "not_an_object": 1,
+        "missing_key": 1,
+        "not_text": 1,
+        "empty_text": 1,
+        "blank_line": 1,
+    }
+    assert manifest["skipped"]["first_lines"]["malformed_json"] == [2]
+    assert manifest["skipped"]["first_lines"]["empty_text"] == [4]
+    before = in_container("node1", f"md5sum {OUT}/bad.bin {OUT}/bad.idx {OUT}/bad.manifest.json").stdout
+
+    over = _data(*_args(f"{BASE}/bad.jsonl", f"{OUT}/bad"), "-e", "max_bad_lines=2")
+    assert over.returncode != 0
+    assert f"node1: input {BASE}/bad.jsonl: more than max_bad_lines=2 bad lines" in over.stdout
+    assert "malformed json: 1 (first at line(s) 2)" in over.stdout and "raise -e max_bad_lines" in over.stdout
+    # the failed rebuild left the good dataset as it was, and no temporaries
+    assert in_container("node1", f"md5sum {OUT}/bad.bin {OUT}/bad.idx {OUT}/bad.manifest.json").stdout == before
+    assert in_container("node1", f"ls -A {OUT} | grep '^\\.' || true").stdout == ""
+
+    no_key = _data(*_args(f"{BASE}/bad.jsonl", f"{OUT}/nokey"), "-e", "json_key=body", "-e", "max_bad_lines=100")
+    assert no_key.returncode != 0
+    assert "no document with text under key 'body'" in no_key.stdout and "check -e json_key" in no_key.stdout
+
+
+def test_invalid_utf8_names_the_line(fixtures):
+    _put(f"{BASE}/latin1.jsonl", b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    result = _data(*_args(f"{BASE}/latin1.jsonl", f"{OUT}/latin1"))
+    assert result.returncode != 0
+    assert f"node1: input {BASE}/latin1.jsonl:2: invalid UTF-8" in result.stdout
+    assert "iconv" in result.stdout
+    assert in_container("node1", f"ls {OUT}/latin1.bin", check=False).returncode != 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (_args(f"{BASE}/absent.jsonl", f"{OUT}/x"), f"node1: input {BASE}/absent.jsonl does not exist"),
+        (_args(f"{FX}/corpus.jsonl", "/sys/mtt-data-tests/x"), "output directory /sys/mtt-data-tests is not writable"),
+        (_args(f"{FX}/corpus.jsonl", f"{OUT}/x", f"{BASE}/preprocess_throughput.py"), "neither a tiktoken BPE"),
+        (_args(f"{FX}/corpus.jsonl", f"{OUT}/x", f"{BASE}/no-tok"), f"tokenizer {BASE}/no-tok does not exist"),
+        (
+            [*_args(f"{FX}/corpus.jsonl", f"{OUT}/x"), "-e", "use_megatron_preprocess=true"],
+            "tools/preprocess_data.py is not in this container",
+        ),
+        (["-e", "input=relative.jsonl", "-e", f"output_prefix={OUT}/x"], "-e tokenizer=... is required"),
+        ([*_args(f"{FX}/corpus.jsonl", f"{OUT}/x"), "-e", "workers=two"], "workers=two must be a whole number"),
+    ],
+    ids=[
+        "missing-input",
+        "unwritable-output",
+        "not-a-tokenizer",
+        "missing-tokenizer",
+        "no-megatron",
+        "args",
+        "workers",
+    ],
+)
+def test_what_can_be_checked_fails_before_starting(fixtures, extra, message):
+    result = _data(*extra)
+    assert result.returncode != 0
+    assert message in " ".join(result.stdout.split()), result.stdout[-3000:]
+    assert "Start the build in the background" not in result.stdout
+
+
+def test_disk_full_cleans_up_and_keeps_the_old_dataset(fixtures):
+    """A container whose output directory is a 512 KiB tmpfs: the build runs out of space."""
+    image = in_node("node1", "docker inspect -f '{{.Config.Image}}' train").stdout.strip()
+    full = f"{BASE}/full"
+    in_node("node1", "docker rm -f mtt-data-full >/dev/null 2>&1 || true")
+    in_node(
+        "node1",
+        f"docker run -d --name mtt-data-full --net host -v /data:/data --tmpfs {full}:size=512k {image} sleep 3600",
+    )
+    try:
+        docker("exec", NODE_CONTAINERS["node1"], "docker", "exec", "mtt-data-full", "sh", "-c",
+               f"echo old > {full}/ds.bin && echo old > {full}/ds.idx")  # fmt: skip
+        result = _data(
+            *_args(f"{FX}/corpus.jsonl", f"{full}/ds"), container_args=("-e", "container_name=mtt-data-full")
+        )
+        assert result.returncode != 0
+        text = " ".join(result.stdout.split())
+        assert f"node1: no space left on the device of {full}" in text, result.stdout[-3000:]
+        assert "partial files were removed" in text
+        listing = docker(
+            "exec", NODE_CONTAINERS["node1"], "docker", "exec", "mtt-data-full", "sh", "-c",
+            f"ls -A {full}; cat {full}/ds.bin {full}/ds.idx",
+        ).stdout.split()  # fmt: skip
+        assert listing == ["ds.bin", "ds.idx", "old", "old"]
+    finally:
+        in_node("node1", "docker rm -f mtt-data-full >/dev/null 2>&1 || true", check=False)
