@@ -52,7 +52,7 @@ lint: setup
 	$(BIN)/ruff check plugins roles tests benchmarks tools testbed jobs
 	$(BIN)/ruff format --check plugins roles tests benchmarks tools jobs
 	for p in $(PLAYBOOKS); do $(BIN)/ansible-playbook --syntax-check "$$p" || exit 1; done
-	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml testbed molecule
+	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml train.yml stop.yml testbed molecule
 	$(BIN)/shellcheck testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \
 		testbed/images/training-suite-standin/rootfs/usr/local/bin/mthreads-gmi \
 		testbed/images/training-suite-standin/rootfs/usr/local/musa/mccl_test/all_reduce_perf

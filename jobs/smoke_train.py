@@ -12,7 +12,10 @@ cluster as a one-minute check before a long run. It
 4. prints, from the last rank as Megatron does, one line per iteration in Megatron's format with measured
    values: elapsed time, throughput (model FLOPs, 6 x parameters x tokens), learning rate, global batch,
    lm loss, loss scale, grad norm, skipped and NaN counts. Device memory lines are printed only on cards
-   (a CPU has no allocator statistics to report).
+   (a CPU has no allocator statistics to report);
+5. saves a checkpoint (``--save``, Megatron's ``iter_NNNNNNN/`` and ``latest_checkpointed_iteration.txt``)
+   every ``--save-interval`` iterations and at the end, and resumes from the latest one in ``--load``, so
+   that train.yml's auto-resume runs end to end.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
+import os
 import time
 
 import torch
@@ -43,6 +47,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--data-path", default="", help="Megatron data prefix (.bin/.idx)")
     parser.add_argument("--backend", default="", help="default: gloo on CPU, nccl on cards")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--save", default="", help="checkpoint directory (Megatron's layout: iter_NNNNNNN/)")
+    parser.add_argument("--load", default="", help="resume from the latest checkpoint here, when there is one")
+    parser.add_argument("--save-interval", type=int, default=0, help="0: only at the end")
     return parser.parse_args()
 
 
@@ -100,6 +107,41 @@ def token_source(data_path: str, vocab: int, seed: int):
     return tokens
 
 
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's name for the latest iteration's marker
+
+
+def load_checkpoint(directory: str, rank: int) -> dict | None:
+    """Rank 0 reads the latest checkpoint (when there is one) and broadcasts it to every rank."""
+    state = [None]
+    if rank == 0 and directory and os.path.isfile(os.path.join(directory, TRACKER)):
+        with open(os.path.join(directory, TRACKER)) as handle:
+            iteration = int(handle.read().strip())
+        path = os.path.join(directory, f"iter_{iteration:07d}", "smoke.pt")
+        print(f" loading checkpoint from {directory} at iteration {iteration}", flush=True)
+        state[0] = torch.load(path, weights_only=False)
+    dist.broadcast_object_list(state, src=0)
+    return state[0]
+
+
+def save_checkpoint(directory: str, iteration: int, consumed: int, model, optimizer) -> None:
+    """Rank 0 writes iter_NNNNNNN/smoke.pt, then the tracker (so a half-written checkpoint is never the latest)."""
+    target = os.path.join(directory, f"iter_{iteration:07d}")
+    print(f"saving checkpoint at iteration {iteration:7d} to {directory} in torch format", flush=True)
+    os.makedirs(target, exist_ok=True)
+    state = {
+        "iteration": iteration,
+        "consumed": consumed,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+    }
+    torch.save(state, os.path.join(target, "smoke.pt.tmp"))
+    os.replace(os.path.join(target, "smoke.pt.tmp"), os.path.join(target, "smoke.pt"))
+    with open(os.path.join(directory, TRACKER + ".tmp"), "w") as handle:
+        handle.write(f"{iteration}\n")
+    os.replace(os.path.join(directory, TRACKER + ".tmp"), os.path.join(directory, TRACKER))
+    print(f"  successfully saved checkpoint from iteration {iteration:7d} to {directory}", flush=True)
+
+
 def main() -> None:
     args = parse_args()
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
@@ -124,9 +166,20 @@ def main() -> None:
     parameters = sum(p.numel() for p in model.parameters())
     tokens = token_source(args.data_path, args.vocab_size, args.seed)
     span = args.seq_length + 1
-    consumed = 0
+    consumed, start_iteration = 0, 1
+    checkpoint = load_checkpoint(args.load, rank)
+    if checkpoint is not None:
+        model.module.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        consumed, start_iteration = checkpoint["consumed"], checkpoint["iteration"] + 1
+        if rank == 0:
+            print(
+                f"  successfully loaded checkpoint from {args.load} [ t 1/1, p 1/1 ] at iteration "
+                f"{checkpoint['iteration']}",
+                flush=True,
+            )
 
-    for iteration in range(1, args.train_iters + 1):
+    for iteration in range(start_iteration, args.train_iters + 1):
         dist.barrier()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -175,6 +228,16 @@ def main() -> None:
                     f"{torch.cuda.max_memory_reserved() / mib}",
                     flush=True,
                 )
+        if args.save and rank == 0 and args.save_interval and iteration % args.save_interval == 0:
+            save_checkpoint(args.save, iteration, consumed, model.module, optimizer)
+    if (
+        args.save
+        and rank == 0
+        and start_iteration <= args.train_iters
+        and (not args.save_interval or args.train_iters % args.save_interval)
+    ):
+        save_checkpoint(args.save, args.train_iters, consumed, model.module, optimizer)
+    dist.barrier()
     if last:
         print(f"[after training is done] datetime: {datetime.datetime.now():%Y-%m-%d %H:%M:%S}", flush=True)
     parallel_state.destroy_model_parallel()

@@ -20,6 +20,7 @@ from trainops.errors import PlanError  # noqa: E402
 from trainops.gmi import GmiParseError  # noqa: E402
 from trainops.gmi import parse_mthreads_gmi as _parse_mthreads_gmi  # noqa: E402
 from trainops.gmi import parse_nvidia_smi_csv as _parse_nvidia_smi_csv  # noqa: E402
+from trainops.plan import with_resume  # noqa: E402
 
 #: Inventory variables the planner reads from each node.
 NODE_KEYS = ("ansible_host", "slots", "accelerator", "master", "node_addr", "accelerator_card")
@@ -70,6 +71,15 @@ def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
         groups[-1].append(shlex.quote(str(arg)))
     pad = " " * indent
     return " \\\n".join(pad + " ".join(group) for group in groups)
+
+
+def plan_with_resume(plan: Mapping[str, Any], tracker: str | None, moved_to: str | None = None) -> dict[str, Any]:
+    """The plan with its resume point, from the text of Megatron's latest_checkpointed_iteration.txt."""
+    text = (tracker or "").strip()
+    if text and not text.isdigit() and text != "release":
+        raise AnsibleFilterError(f"latest_checkpointed_iteration.txt holds {text!r}, not an iteration")
+    iteration = int(text) if text.isdigit() else (0 if text == "release" else None)
+    return with_resume(plan, iteration, moved_to or None)
 
 
 def _filter_error(name: str, parse: Callable[..., Any]) -> Callable[..., Any]:
@@ -139,6 +149,7 @@ class FilterModule:
             "trainops_inventory_problems": inventory_problems,
             "trainops_cluster": cluster,
             "trainops_shell_arg_lines": shell_arg_lines,
+            "trainops_plan_with_resume": plan_with_resume,
             "trainops_provision_table": provision_table,
             "parse_mthreads_gmi": parse_mthreads_gmi,
             "parse_mthreads_gmi_full": parse_mthreads_gmi_full,

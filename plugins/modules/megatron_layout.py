@@ -85,6 +85,15 @@ options:
     description: Also rank every valid layout of the cluster by estimated tokens/s per card.
     type: bool
     default: false
+  exp_name:
+    description:
+      - Experiment name, one directory level of the run and checkpoint paths (spaces and shell
+        metacharacters are allowed: every use is quoted). Default derived from the layout.
+    type: str
+  smoke:
+    description: Launch the project's smoke job instead of C(pretrain_gpt.py) (always so on the cpu backend).
+    type: bool
+    default: false
 notes:
   - Runs no command and changes nothing; supports check mode.
 """
@@ -119,6 +128,8 @@ plan:
     flops_per_iteration: {description: Model FLOPs of one iteration (causal attention convention)., type: float}
     tokens_per_iteration: {description: Tokens of one iteration., type: int, sample: 4194304}
     exp_name: {description: Experiment name., type: str, sample: tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16}
+    job: {description: What the launch runs, megatron or smoke., type: str, sample: megatron}
+    smoke_args: {description: The argument vector of the smoke job., type: list, elements: str}
     megatron_args: {description: The exact argument vector of pretrain_gpt.py., type: list, elements: str}
     nodes: {description: Nodes in rank order (master first) with name, addr, slots, node_rank., type: list}
     summary: {description: Readable summary lines., type: list, elements: str}
@@ -158,6 +169,8 @@ def main() -> None:
             "memory_headroom_fraction": {"type": "float", "default": 0.1},
             "force": {"type": "bool", "default": False},
             "recommend": {"type": "bool", "default": False},
+            "exp_name": {"type": "str"},
+            "smoke": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -179,6 +192,8 @@ def main() -> None:
             memory_headroom_fraction=p["memory_headroom_fraction"],
             force=p["force"],
             want_recommendations=p["recommend"],
+            exp_name=p["exp_name"],
+            smoke=p["smoke"],
         )
     except PlanError as exc:
         module.fail_json(

@@ -154,9 +154,16 @@ def make_plan(
     memory_headroom_fraction: float = DEFAULT_HEADROOM,
     force: bool = False,
     want_recommendations: bool = False,
+    exp_name: str | None = None,
+    smoke: bool = False,
 ) -> dict[str, Any]:
-    """Validate and derive the whole plan; raise :class:`PlanError` listing every problem."""
+    """Validate and derive the whole plan; raise :class:`PlanError` listing every problem.
+
+    ``exp_name`` replaces the layout-derived experiment name (``tp1_pp2_..._gpus16``) in the run and
+    checkpoint paths; ``smoke`` makes the launch run the project's smoke job instead of ``pretrain_gpt.py``.
+    """
     problems: list[str] = []
+    problems += exp_name_problems(exp_name)
     spec = cluster = None
     try:
         spec = model_from_dict(model)
@@ -210,7 +217,7 @@ def make_plan(
             ]
         )
 
-    exp = lay.exp_name
+    exp = exp_name or lay.exp_name
     run_dir = f"{work_home.rstrip('/')}/runs/{exp}/{run_id}"
     paths = RunPaths(
         data_path=data_path,
@@ -270,6 +277,11 @@ def make_plan(
         },
         "megatron_version": request.megatron_version,
         "megatron_args": build_megatron_args(spec, lay, paths, train_cfg),
+        # Megatron's GPT model needs a card: on the CPU backend the launch always runs the smoke job.
+        "job": "smoke" if smoke or cluster.accelerator == "cpu" else "megatron",
+        "smoke_args": smoke_args(lay, request.train_iters, paths, train_cfg),
+        "peak_tflops_per_card": cluster.peak_bf16_tflops,
+        "resume": None,
         "warnings": list(lay.warnings) + ([] if memory["fits"] else ["forced: the layout does not fit"]),
         "forced": bool(force and not memory["fits"]),
     }
@@ -278,6 +290,65 @@ def make_plan(
         plan["recommendations"] = recommendations
         plan["recommendation_table"] = recommendation_lines(recommendations)
     return plan
+
+
+def exp_name_problems(name: str | None) -> list[str]:
+    """An experiment name becomes one directory level on every node: anything else is allowed (it is quoted)."""
+    if name is None:
+        return []
+    if not isinstance(name, str) or not name.strip() or name in (".", ".."):
+        return [f"exp must be a non-empty directory name, got {name!r}"]
+    bad = [c for c in ("/", "\0", "\n", "\r") if c in name]
+    if bad:
+        return [f"exp {name!r} must not contain {', '.join(repr(c) for c in bad)} (it is one directory level)"]
+    return []
+
+
+def smoke_args(lay: Layout, train_iters: int, paths: RunPaths, training: TrainingConfig) -> list[str]:
+    """Arguments of ``jobs/smoke_train.py`` for this plan: the planned layout, batch and paths."""
+    return [
+        "--tp",
+        str(lay.tp),
+        "--pp",
+        str(lay.pp),
+        "--cp",
+        str(lay.cp),
+        "--train-iters",
+        str(train_iters),
+        "--micro-batch-size",
+        str(lay.micro_batch_size),
+        "--global-batch-size",
+        str(lay.global_batch_size),
+        "--seq-length",
+        str(lay.seq_length),
+        "--data-path",
+        paths.data_path,
+        "--save",
+        paths.checkpoint_dir,
+        "--load",
+        paths.checkpoint_dir,
+        "--save-interval",
+        str(training.save_interval),
+    ]
+
+
+def with_resume(plan: Mapping[str, Any], latest_iteration: int | None, moved_to: str | None = None) -> dict[str, Any]:
+    """The plan with what the launch resumes from: ``latest_iteration`` of its checkpoint dir, or nothing.
+
+    Megatron's ``--load`` (and the smoke job's) always names the checkpoint dir, so a checkpoint there is
+    loaded; ``moved_to`` says where ``fresh=true`` moved an earlier checkpoint dir (kept, not deleted).
+    """
+    out = dict(plan)
+    if latest_iteration is not None:
+        out["resume"] = {"iteration": latest_iteration, "from": plan["checkpoint_dir"]}
+        line = f"resume       from iteration {latest_iteration} in {plan['checkpoint_dir']} (-e fresh=true: start anew)"
+    else:
+        out["resume"] = None
+        line = f"resume       none: a fresh start, checkpoints go to {plan['checkpoint_dir']}"
+        if moved_to:
+            line += f" (fresh=true: the earlier ones were moved to {moved_to})"
+    out["summary"] = [x for x in plan["summary"] if not x.startswith("resume ")] + [line]
+    return out
 
 
 def _stage_text(plan: Mapping[str, Any]) -> str:
@@ -310,6 +381,12 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         f"{plan['flops_per_iteration_full_attention'] / 1e15:.2f} full-attention), "
         f"{plan['tokens_per_iteration']:,} tokens/iteration",
         f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']})",
+        "job          "
+        + (
+            "the smoke job (jobs/smoke_train.py): megatron-core groups, all-reduce checks, a small model"
+            if plan["job"] == "smoke"
+            else "Megatron-LM pretrain_gpt.py"
+        ),
         f"run dir      {plan['run_dir']}",
         f"progress     read from the last rank: node {plan['last_rank']['node']} local rank "
         f"{plan['last_rank']['local_rank']} (global {plan['last_rank']['global_rank']})",

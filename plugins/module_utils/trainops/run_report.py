@@ -1,0 +1,312 @@
+"""A training run's numbers: the progress line printed while it runs, and the report written at its end.
+
+The report of a run directory on the controller (``runs/<exp>/<run_id>/``, one sub-directory per node with
+that node's torchrun logs) is
+
+* ``metrics.jsonl``: one record per iteration line (from the last rank, which prints them);
+* ``memory.jsonl``: one record per device-memory line (``[Rank R] (after N iterations) memory (MB) ...``);
+* ``summary.json``: the last iteration, step time (median, p90) without warm-up, tokens/s per card, TFLOP/s per
+  card in two conventions (Megatron's printed figure, and the plan's model FLOPs with causal attention), MFU
+  against the card's stated dense BF16 peak, the largest reserved memory per rank, first and last loss, NaN and
+  skipped counts, and the failure with its node and rank;
+* ``loss.png`` and ``throughput.png`` (matplotlib, when installed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .megatron_log import MegatronLog, parse_path
+
+#: Iterations left out of step-time statistics at the start of a run (compilation, allocator warm-up).
+WARMUP_ITERATIONS = 3
+
+
+def _node_ranks(plan: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """Node name -> (first global rank, slots), in rank order."""
+    out, first = {}, 0
+    for node in plan["nodes"]:
+        out[node["name"]] = (first, node["slots"])
+        first += node["slots"]
+    return out
+
+
+def ranks_of(plan: Mapping[str, Any], node: str) -> list[int]:
+    """The global ranks that run on ``node``."""
+    first, slots = _node_ranks(plan).get(node, (0, 0))
+    return list(range(first, first + slots))
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def card_peak_tflops(plan: Mapping[str, Any]) -> float | None:
+    """The stated dense BF16 peak of one card; none for a CPU (an MFU there would mean nothing)."""
+    if plan.get("accelerator") == "cpu":
+        return None
+    return plan.get("peak_tflops_per_card")
+
+
+def progress_line(record: Mapping[str, Any], plan: Mapping[str, Any], memory: Mapping[str, Any] | None = None) -> str:
+    """One line for an iteration record: i/N, loss, ms/iteration, tokens/s and TFLOP/s per card, memory, ETA."""
+    total = record.get("train_iters") or plan.get("train_iters") or 0
+    iteration = record["iteration"]
+    parts = [f"iteration {iteration}/{total}" + (f" ({iteration / total:.0%})" if total else "")]
+    losses = record.get("losses") or {}
+    if losses:
+        name, value = next(iter(losses.items()))
+        parts.append(f"{name} {value:.4g}" if isinstance(value, float) else f"{name} {value}")
+    ms = record.get("elapsed_ms")
+    if isinstance(ms, (int, float)) and ms > 0:
+        parts.append(f"{ms:,.0f} ms/it")
+        gbs = record.get("global_batch_size") or plan["global_batch_size"]
+        parts.append(f"{gbs * plan['seq_length'] / (ms / 1000) / plan['world_size']:,.0f} tokens/s/card")
+    tflops = record.get("tflops_per_gpu")
+    if isinstance(tflops, (int, float)):
+        parts.append(f"{tflops:.3g} TFLOP/s/card")
+    if memory and memory.get("max_reserved_mb") is not None:
+        parts.append(f"mem {memory['max_reserved_mb'] / 1024:.1f} GiB max reserved (rank {memory.get('rank')})")
+    elif plan.get("accelerator") == "cpu":
+        parts.append("mem n/a (cpu)")
+    if isinstance(ms, (int, float)) and ms > 0 and total:
+        parts.append(f"ETA {_duration((total - iteration) * ms / 1000)}")
+    return " | ".join(parts)
+
+
+def _with_ranks(failure: Mapping[str, Any] | None, plan: Mapping[str, Any], root: str) -> dict[str, Any] | None:
+    """The failure with its inventory node (the collected file's first directory) and global rank."""
+    if failure is None:
+        return None
+    out = dict(failure)
+    file = out.get("file")
+    if file and os.path.isabs(file) and file.startswith(root.rstrip("/") + "/"):
+        out["file"] = os.path.relpath(file, root)
+    inventory_node = out["file"].split("/", 1)[0] if out.get("file") else None
+    nodes = _node_ranks(plan)
+    if inventory_node in nodes:
+        if out.get("node") not in (None, inventory_node):
+            out["host"] = out["node"]
+        out["node"] = inventory_node
+        if out.get("rank") is None and out.get("local_rank") is not None:
+            out["rank"] = nodes[inventory_node][0] + out["local_rank"]
+    return out
+
+
+def failure_text(failure: Mapping[str, Any] | None) -> str:
+    """``node2 rank 3 (local rank 1): <error>`` for a failure of the report."""
+    if not failure:
+        return ""
+    where = [failure.get("node") or "unknown node"]
+    if failure.get("rank") is not None:
+        where.append(f"rank {failure['rank']}")
+    if failure.get("local_rank") is not None:
+        where.append(f"(local rank {failure['local_rank']})")
+    cause = failure.get("error") or failure.get("message") or "failed"
+    if failure.get("signal"):
+        cause += f" [{failure['signal']}]"
+    source = f" ({failure['file']}:{failure['line']})" if failure.get("file") else ""
+    return f"{' '.join(where)}: {cause}{source}"
+
+
+def build_report(
+    log: MegatronLog, plan: Mapping[str, Any], root: str, incident: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The summary of a parsed run, in the plan's terms; ``incident`` is what the watcher saw (a node lost)."""
+    summary = dict(log.summary)
+    peak = card_peak_tflops(plan)
+    step = summary.get("step_time_ms")
+    model_tflops = None
+    if step and step.get("median"):
+        model_tflops = plan["flops_per_iteration"] / (step["median"] / 1000) / plan["world_size"] / 1e12
+    summary["model_tflops_per_card"] = {
+        "median": model_tflops,
+        "convention": "model FLOPs of the plan's preset, causal attention",
+        "peak_tflops": peak,
+        "peak_source": f"dense BF16 peak of the {plan.get('card')}" if peak else "no stated peak (cpu)",
+        "mfu": (model_tflops / peak) if (model_tflops and peak) else None,
+    }
+    if plan.get("job") == "smoke" and model_tflops is not None:
+        summary["model_tflops_per_card"]["note"] = (
+            "the smoke job trains a small model, not the preset: the Megatron-printed figure is its own"
+        )
+    megatron = summary.get("tflops_per_gpu")
+    if megatron and peak:
+        megatron["mfu"] = megatron["median"] / peak
+        megatron["peak_tflops"] = peak
+    summary["failure"] = _with_ranks(summary.get("failure"), plan, root)
+    if incident and incident.get("state") == "failed":
+        summary["incident"] = dict(incident)
+        if summary["failure"] is None and incident.get("node"):
+            summary["failure"] = {
+                "kind": "node",
+                "node": incident["node"],
+                "ranks": ranks_of(plan, incident["node"]),
+                "rank": None,
+                "local_rank": None,
+                "message": incident.get("reason"),
+            }
+        if summary["state"] != "failed":
+            summary["state"] = "failed"
+    summary["failure_text"] = failure_text(summary["failure"])
+    summary["run_id"] = plan["run_id"]
+    summary["exp_name"] = plan["exp_name"]
+    summary["job"] = plan.get("job")
+    summary["world_size"] = plan["world_size"]
+    return summary
+
+
+def summary_table(summary: Mapping[str, Any]) -> list[str]:
+    """The printed summary of a run."""
+
+    def num(value: Any, fmt: str = ",.1f") -> str:
+        return format(value, fmt) if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+    step = summary.get("step_time_ms") or {}
+    tokens = summary.get("tokens_per_second_per_gpu") or {}
+    megatron = summary.get("tflops_per_gpu") or {}
+    model = summary.get("model_tflops_per_card") or {}
+    losses = summary.get("losses") or {}
+    lines = [
+        f"run          {summary.get('exp_name')} / {summary.get('run_id')} ({summary.get('job')}): {summary['state']}",
+        f"iterations   {summary.get('last_iteration') or 0}/{summary.get('train_iters') or '-'}",
+        f"step time    median {num(step.get('median'))} ms, p90 {num(step.get('p90'))} ms "
+        f"({step.get('count', 0)} iterations after {step.get('warmup_iterations', '-')} of warm-up)",
+        f"tokens/s     {num(tokens.get('median'), ',.0f')} per card (median), "
+        f"overall {num(tokens.get('overall'), ',.0f')}",
+        f"TFLOP/s      {num(megatron.get('median'), '.3g')} per card as Megatron prints it; "
+        f"{num(model.get('median'), '.3g')} from the plan's model FLOPs ({model.get('convention', '-')})",
+        f"MFU          {num((model.get('mfu') or 0) * 100, '.1f') + ' %' if model.get('mfu') else '-'} against "
+        f"{model.get('peak_source', '-')}"
+        + (f" ({model['peak_tflops']:g} TFLOP/s)" if model.get("peak_tflops") else ""),
+    ]
+    for name, value in losses.items():
+        lines.append(
+            f"loss         {name}: {num(value.get('first'), '.4g')} (iteration {value.get('first_iteration')}) -> "
+            f"{num(value.get('last'), '.4g')} (iteration {value.get('last_iteration')})"
+        )
+    reserved = summary.get("max_reserved_mb_by_rank") or {}
+    if reserved:
+        top = max(reserved.items(), key=lambda kv: kv[1])
+        lines.append(
+            f"memory       max reserved {num(top[1] / 1024, '.2f')} GiB (rank {top[0]}); {len(reserved)} rank(s)"
+        )
+    else:
+        lines.append("memory       no device-memory lines (a CPU run, or Megatron's memory report is off)")
+    lines.append(
+        f"anomalies    {summary.get('nan_iterations', 0)} NaN iteration(s), "
+        f"{summary.get('skipped_iterations', 0)} skipped iteration(s)"
+    )
+    if summary.get("failure_text"):
+        lines.append(f"failure      {summary['failure_text']}")
+    return lines
+
+
+def plot(dest: str, iterations: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) -> list[str]:
+    """Write ``loss.png`` and ``throughput.png``; returns the files written (none without matplotlib)."""
+    if not iterations:
+        return []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    steps = [r["iteration"] for r in iterations]
+    losses: dict[str, list[tuple[int, float]]] = {}
+    for rec in iterations:
+        for name, value in (rec.get("losses") or {}).items():
+            if isinstance(value, float) and math.isfinite(value):
+                losses.setdefault(name, []).append((rec["iteration"], value))
+    if losses:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for name, points in losses.items():
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=name)
+        ax.set(xlabel="iteration", ylabel="loss", title=f"{plan['exp_name']} / {plan['run_id']}: loss")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.savefig(os.path.join(dest, "loss.png"), dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        written.append("loss.png")
+    tokens = [
+        (r.get("global_batch_size") or plan["global_batch_size"])
+        * plan["seq_length"]
+        / (r["elapsed_ms"] / 1000)
+        / plan["world_size"]
+        if isinstance(r.get("elapsed_ms"), (int, float)) and r["elapsed_ms"] > 0
+        else math.nan
+        for r in iterations
+    ]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(steps, tokens, label="tokens/s per card")
+    ax.set(xlabel="iteration", ylabel="tokens/s per card", title=f"{plan['exp_name']} / {plan['run_id']}: throughput")
+    ax.grid(alpha=0.3)
+    tflops = [
+        r.get("tflops_per_gpu") if isinstance(r.get("tflops_per_gpu"), (int, float)) else math.nan for r in iterations
+    ]
+    if any(math.isfinite(x) for x in tflops):
+        right = ax.twinx()
+        right.plot(steps, tflops, color="tab:orange", label="TFLOP/s per card (Megatron)")
+        right.set_ylabel("TFLOP/s per card")
+    fig.savefig(os.path.join(dest, "throughput.png"), dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    written.append("throughput.png")
+    return written
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _write_jsonl(path: str, records: Sequence[Mapping[str, Any]]) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        for rec in records:
+            handle.write(json.dumps(_finite(rec), sort_keys=True) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def write_report(root: str, plan: Mapping[str, Any], incident: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Parse every node's logs under ``root`` and write the report files there; returns the summary and table."""
+    node_dirs = [n["name"] for n in plan["nodes"] if os.path.isdir(os.path.join(root, n["name"]))]
+    log = MegatronLog()
+    if node_dirs:
+        log = parse_path(
+            root,
+            seq_length=plan["seq_length"],
+            world_size=plan["world_size"],
+            warmup_iterations=WARMUP_ITERATIONS,
+            peak_tflops=card_peak_tflops(plan),
+        )
+    else:
+        from .megatron_log import summarize
+
+        log.summary = summarize(log, seq_length=plan["seq_length"], world_size=plan["world_size"])
+    summary = build_report(log, plan, root, incident)
+    summary["nodes_collected"] = node_dirs
+    summary["nodes_missing"] = [n["name"] for n in plan["nodes"] if n["name"] not in node_dirs]
+    _write_jsonl(os.path.join(root, "metrics.jsonl"), log.iterations)
+    _write_jsonl(os.path.join(root, "memory.jsonl"), log.memory)
+    summary["plots"] = plot(root, log.iterations, plan)
+    table = summary_table(summary)
+    if summary["nodes_missing"]:
+        table.append(f"missing      no logs from {', '.join(summary['nodes_missing'])} (not collected)")
+    summary["table"] = table
+    with open(os.path.join(root, "summary.json.tmp"), "w", encoding="utf-8") as handle:
+        json.dump(_finite(summary), handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.replace(os.path.join(root, "summary.json.tmp"), os.path.join(root, "summary.json"))
+    return _finite(summary)

@@ -1,0 +1,97 @@
+#!/usr/bin/python
+"""Ansible module: parse a collected run and write its report (metrics, memory, summary, plots)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: train_report
+short_description: Parse a collected training run and write metrics.jsonl, memory.jsonl, summary.json and plots
+description:
+  - Reads every node's collected torchrun logs under O(run_dir) (C(<run_dir>/<node>/...)), parses them with the
+    project's Megatron log parser, and writes C(metrics.jsonl) (one record per iteration line),
+    C(memory.jsonl), C(summary.json) and, when matplotlib is installed, C(loss.png) and C(throughput.png).
+  - The summary has the last iteration, median and p90 step time without warm-up, tokens/s per card, TFLOP/s
+    per card (as Megatron prints it, and from the plan's model FLOPs, causal convention), MFU against the card's
+    stated dense BF16 peak, the largest reserved memory per rank, first and last loss, NaN and skipped counts,
+    and the failure with its node and global rank.
+version_added: "0.1.0"
+author: mtt-train-ops
+options:
+  run_dir:
+    description: Controller directory of the run (C(runs/<exp>/<run_id>)).
+    type: path
+    required: true
+  plan:
+    description: The run's plan (C(plan.json)).
+    type: dict
+    required: true
+  incident:
+    description: What the watcher saw, when it ended the run (C(state), C(node), C(reason)).
+    type: dict
+notes:
+  - Run it on the controller. It writes only inside O(run_dir).
+"""
+
+EXAMPLES = r"""
+- name: Write the report of a collected run
+  train_report:
+    run_dir: runs/tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4/20261130-101500
+    plan: "{{ lookup('ansible.builtin.file', 'runs/.../plan/plan.json') | from_json }}"
+  register: report
+"""
+
+RETURN = r"""
+summary:
+  description: The content of summary.json.
+  returned: success
+  type: dict
+table:
+  description: The printed summary, one line per item.
+  returned: success
+  type: list
+  elements: str
+failure:
+  description: "The failure, as C(node rank N (local rank L): error (file:line)); empty when the run did not fail."
+  returned: success
+  type: str
+state:
+  description: finished, failed, running or empty.
+  returned: success
+  type: str
+"""
+
+import os  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.trainops.megatron_log import LogPathError  # noqa: E402
+from ansible.module_utils.trainops.run_report import write_report  # noqa: E402
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "run_dir": {"type": "path", "required": True},
+            "plan": {"type": "dict", "required": True},
+            "incident": {"type": "dict"},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    if not os.path.isdir(p["run_dir"]):
+        module.fail_json(msg=f"{p['run_dir']}: no such run directory on the controller")
+    try:
+        summary = write_report(p["run_dir"], p["plan"], p["incident"])
+    except (LogPathError, OSError) as exc:
+        module.fail_json(msg=f"cannot write the report of {p['run_dir']}: {exc}")
+    module.exit_json(
+        changed=True,
+        summary=summary,
+        table=summary["table"],
+        failure=summary["failure_text"],
+        state=summary["state"],
+    )
+
+
+if __name__ == "__main__":
+    main()

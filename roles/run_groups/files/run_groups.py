@@ -1,0 +1,118 @@
+"""The process groups of mtt-train-ops launches on one node: list the live ones, or stop them.
+
+Run inside the training container (python3, standard library only):
+
+    python3 - list NODE WORK_HOME [--run-dir DIR]
+    python3 - stop NODE WORK_HOME [--run-dir DIR] [--grace SECONDS]
+
+Every launch script records its process group in ``<work_home>/runs/<exp>/<run>/pids/<NODE>.pid`` (the fan-out
+starts it with setsid, so the group holds that shell, torchrun and every rank). A group counts as this run's
+only while one of its processes runs from the run directory, so a recycled process-group id is never signalled.
+``stop`` sends SIGTERM to each live group, waits up to the grace period, then sends SIGKILL, and checks that
+no process of the group is left. It prints one JSON object.
+"""
+
+import argparse
+import glob
+import json
+import os
+import signal
+import sys
+import time
+
+
+def members(pgid):
+    """The pids of the processes whose process group is ``pgid`` (zombies excluded)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            found.append(int(entry))
+    return found
+
+
+def runs_from(pid, run_dir):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return run_dir.encode() in handle.read()
+    except OSError:
+        return False
+
+
+def live_groups(node, work_home, run_dir=None):
+    pattern = os.path.join(glob.escape(work_home), "runs", "*", "*", "pids", glob.escape(node) + ".pid")
+    if run_dir:
+        pattern = os.path.join(glob.escape(run_dir), "pids", glob.escape(node) + ".pid")
+    for pid_file in sorted(glob.glob(pattern)):
+        directory = os.path.dirname(os.path.dirname(pid_file))
+        try:
+            with open(pid_file) as handle:
+                pgid = int(handle.read().strip())
+        except (OSError, ValueError):
+            continue
+        pids = members(pgid)
+        if pids and any(runs_from(pid, directory) for pid in pids):
+            yield {
+                "run_dir": directory,
+                "exp": os.path.basename(os.path.dirname(directory)),
+                "run_id": os.path.basename(directory),
+                "pgid": pgid,
+                "processes": len(pids),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(pid_file).st_mtime)),
+            }
+
+
+def stop(group, grace):
+    pgid, begun = group["pgid"], time.monotonic()
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return dict(group, result="gone before SIGTERM", seconds=0.0, survivors=[])
+    while time.monotonic() - begun < grace:
+        if not members(pgid):
+            return dict(group, result="stopped by SIGTERM", seconds=round(time.monotonic() - begun, 1), survivors=[])
+        time.sleep(0.2)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for _ in range(25):
+        if not members(pgid):
+            break
+        time.sleep(0.2)
+    left = members(pgid)
+    return dict(
+        group,
+        result=f"killed by SIGKILL after {grace:g} s" if not left else "survives SIGKILL",
+        seconds=round(time.monotonic() - begun, 1),
+        survivors=left,
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=("list", "stop"))
+    parser.add_argument("node")
+    parser.add_argument("work_home")
+    parser.add_argument("--run-dir", default="")
+    parser.add_argument("--grace", type=float, default=30.0)
+    args = parser.parse_args()
+    groups = list(live_groups(args.node, args.work_home, args.run_dir or None))
+    if args.mode == "list":
+        print(json.dumps({"node": args.node, "live": groups}))
+        return 0
+    stopped = [stop(group, args.grace) for group in groups]
+    left = list(live_groups(args.node, args.work_home, args.run_dir or None))
+    print(json.dumps({"node": args.node, "stopped": stopped, "live_after": left}))
+    return 1 if left or any(s["survivors"] for s in stopped) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
