@@ -92,7 +92,12 @@ class ActionModule(ActionBase):
                 count = unreachable[master] = unreachable.get(master, 0) + 1
                 if count >= UNREACHABLE_PROBES:
                     reason = (reply.get("msg") or reply.get("stderr") or "no answer").strip()
-                    outcome = {"state": "failed", "node": master, "reason": f"the master does not answer: {reason}"}
+                    outcome = {
+                        "state": "failed",
+                        "kind": "lost",
+                        "node": master,
+                        "reason": f"the master does not answer: {reason}",
+                    }
                     break
             else:
                 unreachable.pop(master, None)
@@ -149,22 +154,30 @@ class ActionModule(ActionBase):
                 if unreachable[name] >= UNREACHABLE_PROBES:
                     return {
                         "state": "failed",
+                        "kind": "lost",
                         "node": name,
                         "reason": f"the master's container cannot reach {name}'s container any more ({detail})",
                     }
                 continue
             unreachable.pop(name, None)
             if state == "exited" and detail.strip() != "0":
-                return {"state": "failed", "node": name, "reason": f"torchrun on {name} exited with status {detail}"}
+                return {
+                    "state": "failed",
+                    "kind": "exited",
+                    "node": name,
+                    "reason": f"torchrun on {name} exited with status {detail}",
+                }
             if state == "stopped":
                 return {
                     "state": "failed",
+                    "kind": "killed",
                     "node": name,
                     "reason": f"the launch on {name} (process group {detail}) is gone without an exit status: killed",
                 }
             if state == "waiting" and now > start_timeout:
                 return {
                     "state": "failed",
+                    "kind": "not started",
                     "node": name,
                     "reason": f"the launch did not start on {name} within {start_timeout:.0f} s "
                     f"(see logs/launch-{name}.out in the run dir)",

@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .megatron_log import MegatronLog, parse_path
+from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path
 
 #: Iterations left out of step-time statistics at the start of a run (compilation, allocator warm-up).
 WARMUP_ITERATIONS = 3
@@ -99,6 +100,41 @@ def _with_ranks(failure: Mapping[str, Any] | None, plan: Mapping[str, Any], root
     return out
 
 
+#: Ranks stopped by a signal of the launcher (torchrun's teardown, stop.yml) did not cause the failure.
+_TEARDOWN = re.compile(r"SIGTERM|Signal 15\b|exitcode -15\b")
+
+
+def is_consequence(failure: Mapping[str, Any] | None) -> bool:
+    """Whether a failure is usually the result of another rank's (lost peers, timeouts, teardown signals)."""
+    if not failure:
+        return False
+    text = f"{failure.get('error') or ''} {failure.get('message') or ''}"
+    return bool(_SECONDARY.search(text) or _TEARDOWN.search(text))
+
+
+def root_cause(failures: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The failure that explains a run, from failures already placed on inventory nodes (:func:`_with_ranks`).
+
+    Every node's torchrun prints its own ChildFailedError summary: the one whose rank's own error is not a
+    consequence of another rank's failure (lost connections, timeouts, teardown signals) is chosen, then the
+    earliest by the summary's time, then the first node.
+    """
+    summaries = [f for f in failures if f["kind"] == "child_failed"]
+    others = [f for f in failures if f["kind"] != "child_failed"]
+    if not summaries:
+        return _primary_failure(list(failures))
+
+    def order(item: tuple[int, Mapping[str, Any]]) -> tuple[bool, str, int]:
+        index, summary = item
+        told = _primary_failure([summary, *others]) or {}
+        consequence = is_consequence({"error": told.get("error"), "message": summary["message"]})
+        time = (summary.get("details") or {}).get("root_cause", {}) or {}
+        return (consequence, time.get("time") or "~", index)
+
+    _, chosen = min(enumerate(summaries), key=order)
+    return _primary_failure([chosen, *others])
+
+
 def failure_text(failure: Mapping[str, Any] | None) -> str:
     """``node2 rank 3 (local rank 1): <error>`` for a failure of the report."""
     if not failure:
@@ -109,16 +145,24 @@ def failure_text(failure: Mapping[str, Any] | None) -> str:
     if failure.get("local_rank") is not None:
         where.append(f"(local rank {failure['local_rank']})")
     cause = failure.get("error") or failure.get("message") or "failed"
-    if failure.get("signal"):
+    if failure.get("signal") and failure["signal"] not in cause:
         cause += f" [{failure['signal']}]"
     source = f" ({failure['file']}:{failure['line']})" if failure.get("file") else ""
     return f"{' '.join(where)}: {cause}{source}"
 
 
 def build_report(
-    log: MegatronLog, plan: Mapping[str, Any], root: str, incident: Mapping[str, Any] | None = None
+    log: MegatronLog,
+    plan: Mapping[str, Any],
+    root: str,
+    incident: Mapping[str, Any] | None = None,
+    missing: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The summary of a parsed run, in the plan's terms; ``incident`` is what the watcher saw (a node lost)."""
+    """The summary of a parsed run, in the plan's terms.
+
+    ``incident`` is what the watcher saw (a node lost, a torchrun that exited); ``missing`` the nodes whose logs
+    could not be collected.
+    """
     summary = dict(log.summary)
     peak = card_peak_tflops(plan)
     step = summary.get("step_time_ms")
@@ -140,20 +184,46 @@ def build_report(
     if megatron and peak:
         megatron["mfu"] = megatron["median"] / peak
         megatron["peak_tflops"] = peak
-    summary["failure"] = _with_ranks(summary.get("failure"), plan, root)
+    placed = [f for f in (_with_ranks(f, plan, root) for f in log.failures) if f]
+    summary["failure"] = _with_ranks(root_cause(placed), plan, root) if placed else None
     if incident and incident.get("state") == "failed":
         summary["incident"] = dict(incident)
-        if summary["failure"] is None and incident.get("node"):
-            summary["failure"] = {
+        summary["state"] = "failed"
+        lost = incident.get("node") if incident.get("kind") == "lost" else None
+        if lost:
+            # The watcher lost that node: its own errors explain the run, not those of the ranks elsewhere
+            # that lost their peers (closed connections, timeouts).
+            here = [f for f in placed if f.get("node") == lost]
+            summary["failure"] = (_with_ranks(root_cause(here), plan, root) if here else None) or {
                 "kind": "node",
-                "node": incident["node"],
-                "ranks": ranks_of(plan, incident["node"]),
+                "node": lost,
+                "ranks": ranks_of(plan, lost),
+                "rank": None,
+                "local_rank": None,
+                "message": f"{incident.get('reason')} (its ranks {', '.join(map(str, ranks_of(plan, lost)))})",
+            }
+        elif summary["failure"] is None:
+            summary["failure"] = {
+                "kind": "watch",
+                "node": incident.get("node"),
                 "rank": None,
                 "local_rank": None,
                 "message": incident.get("reason"),
             }
-        if summary["state"] != "failed":
-            summary["state"] = "failed"
+    if summary["state"] == "failed" and missing and (summary["failure"] is None or is_consequence(summary["failure"])):
+        # Only the ranks that lost their peers left errors, and a node is gone with its logs: that node went first.
+        lost = missing[0]
+        ranks = ", ".join(map(str, ranks_of(plan, lost)))
+        seen = failure_text(summary["failure"]) if summary["failure"] else "no error in the logs"
+        summary["failure"] = {
+            "kind": "node",
+            "node": lost,
+            "ranks": ranks_of(plan, lost),
+            "rank": None,
+            "local_rank": None,
+            "message": f"{lost} (ranks {ranks}) was lost during the run: it no longer answers and its logs could "
+            f"not be collected; the ranks elsewhere only lost their connections to it ({seen})",
+        }
     summary["failure_text"] = failure_text(summary["failure"])
     summary["run_id"] = plan["run_id"]
     summary["exp_name"] = plan["exp_name"]
@@ -295,9 +365,10 @@ def write_report(root: str, plan: Mapping[str, Any], incident: Mapping[str, Any]
         from .megatron_log import summarize
 
         log.summary = summarize(log, seq_length=plan["seq_length"], world_size=plan["world_size"])
-    summary = build_report(log, plan, root, incident)
+    missing = [n["name"] for n in plan["nodes"] if n["name"] not in node_dirs]
+    summary = build_report(log, plan, root, incident, missing)
     summary["nodes_collected"] = node_dirs
-    summary["nodes_missing"] = [n["name"] for n in plan["nodes"] if n["name"] not in node_dirs]
+    summary["nodes_missing"] = missing
     _write_jsonl(os.path.join(root, "metrics.jsonl"), log.iterations)
     _write_jsonl(os.path.join(root, "memory.jsonl"), log.memory)
     summary["plots"] = plot(root, log.iterations, plan)

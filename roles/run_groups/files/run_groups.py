@@ -6,10 +6,12 @@ Run inside the training container (python3, standard library only):
     python3 - stop NODE WORK_HOME [--run-dir DIR] [--grace SECONDS]
 
 Every launch script records its process group in ``<work_home>/runs/<exp>/<run>/pids/<NODE>.pid`` (the fan-out
-starts it with setsid, so the group holds that shell, torchrun and every rank). A group counts as this run's
-only while one of its processes runs from the run directory, so a recycled process-group id is never signalled.
-``stop`` sends SIGTERM to each live group, waits up to the grace period, then sends SIGKILL, and checks that
-no process of the group is left. It prints one JSON object.
+starts it with setsid: the group holds that shell and torchrun) and exports ``MTT_TRAIN_OPS_RUN=<run dir>``,
+which every process it starts inherits: torchrun puts each rank in a session of its own, so the ranks are
+found by that mark, not by the group. A launch counts as live only while a process of its group runs from
+the run directory or carries its mark, so a recycled process-group id is never signalled. ``stop`` sends
+SIGTERM to the group and every marked process, waits up to the grace period, then sends SIGKILL, and checks
+that none is left. It prints one JSON object.
 """
 
 import argparse
@@ -38,6 +40,35 @@ def members(pgid):
     return found
 
 
+def marked(run_dir):
+    """The pids whose environment carries this run's mark (torchrun's ranks live in sessions of their own)."""
+    mark = b"MTT_TRAIN_OPS_RUN=" + run_dir.encode() + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if mark in handle.read() + b"\0":
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def processes(group):
+    """Every process of a launch: its process group and its marked descendants."""
+    return sorted(set(members(group["pgid"])) | set(marked(group["run_dir"])))
+
+
+def signal_all(group, signum):
+    for pid in processes(group):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
 def runs_from(pid, run_dir):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -57,8 +88,9 @@ def live_groups(node, work_home, run_dir=None):
                 pgid = int(handle.read().strip())
         except (OSError, ValueError):
             continue
-        pids = members(pgid)
-        if pids and any(runs_from(pid, directory) for pid in pids):
+        in_group = members(pgid)
+        pids = sorted(set(in_group) | set(marked(directory)))
+        if pids and (len(pids) > len(in_group) or any(runs_from(pid, directory) for pid in in_group)):
             yield {
                 "run_dir": directory,
                 "exp": os.path.basename(os.path.dirname(directory)),
@@ -70,24 +102,18 @@ def live_groups(node, work_home, run_dir=None):
 
 
 def stop(group, grace):
-    pgid, begun = group["pgid"], time.monotonic()
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return dict(group, result="gone before SIGTERM", seconds=0.0, survivors=[])
+    begun = time.monotonic()
+    signal_all(group, signal.SIGTERM)
     while time.monotonic() - begun < grace:
-        if not members(pgid):
+        if not processes(group):
             return dict(group, result="stopped by SIGTERM", seconds=round(time.monotonic() - begun, 1), survivors=[])
         time.sleep(0.2)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    signal_all(group, signal.SIGKILL)
     for _ in range(25):
-        if not members(pgid):
+        if not processes(group):
             break
         time.sleep(0.2)
-    left = members(pgid)
+    left = processes(group)
     return dict(
         group,
         result=f"killed by SIGKILL after {grace:g} s" if not left else "survives SIGKILL",

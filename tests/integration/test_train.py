@@ -1,0 +1,214 @@
+"""train.yml, stop.yml, status.yml and report.yml on the testbed: the whole lifecycle over real SSH, with the
+smoke job under real torchrun on both nodes, and the failures a user meets (a dead rank, a lost node, a busy
+cluster). Marked `testbed`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import ROOT, docker, env, in_container, in_node, playbook, recap
+
+pytestmark = pytest.mark.testbed
+
+#: A small, quick run of the smoke job: 2 nodes x 2 ranks, tp=1 pp=1 dp=4, gbs 8, seq 128.
+SMALL = ("-e", "model=tiny", "-e", "seq_length=128", "-e", "num_microbatches=2", "-e", "progress_interval=2")
+#: An experiment name with spaces and shell metacharacters; nothing in it may run.
+NASTY = 'it\'s a "test"; $(touch mtt-injected) `touch mtt-injected2` & | > <'
+#: As a user passes it: -e with JSON (key=value cannot hold unbalanced quotes).
+NASTY_EXP = json.dumps({"exp": NASTY})
+
+
+@pytest.fixture(scope="module")
+def provisioned(testbed):
+    result = playbook("provision.yml")
+    assert result.returncode == 0, result.stdout[-6000:]
+    stop = playbook("stop.yml")
+    assert stop.returncode == 0, stop.stdout[-3000:]
+
+
+def _latest_run(exp: str) -> Path:
+    """The newest run directory of an experiment on the controller (run ids are UTC timestamps)."""
+    runs = sorted((ROOT / "runs" / exp).glob("2*"))
+    assert runs, f"no run of {exp!r} on the controller"
+    return runs[-1]
+
+
+def _no_injection() -> None:
+    look = "find / -xdev -maxdepth 7 -name 'mtt-injected*' 2>/dev/null || true"
+    for node in ("node1", "node2"):
+        assert in_container(node, look).stdout == ""
+        assert in_node(node, look).stdout == ""
+    assert not list(ROOT.rglob("mtt-injected*"))
+
+
+def test_train_runs_reports_and_resumes_with_a_nasty_experiment_name(provisioned):
+    for node in ("node1", "node2"):  # a rerun starts clean
+        in_container(node, "rm -rf /data/mtt-train-ops/checkpoints")
+    first = playbook("train.yml", *SMALL, "-e", "train_iters=20", "-e", NASTY_EXP)
+    assert first.returncode == 0, first.stdout[-6000:]
+    assert "resume       none: a fresh start" in first.stdout
+    progress = r"iteration 20/20 \(100%\) \| lm loss [\d.]+ \| [\d,]+ ms/it \| [\d,]+ tokens/s/card"
+    assert re.search(progress, first.stdout)
+    run_dir = _latest_run(NASTY)
+    assert run_dir.parent.name == NASTY
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["last_iteration"] == 20
+    assert summary["step_time_ms"]["median"] > 0 and summary["step_time_ms"]["p90"] >= summary["step_time_ms"]["median"]
+    assert summary["tokens_per_second_per_gpu"]["median"] > 0
+    assert summary["losses"]["lm loss"]["last"] < summary["losses"]["lm loss"]["first"]
+    assert summary["nan_iterations"] == 0 and summary["failure"] is None
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in metrics] == list(range(1, 21))
+    assert (run_dir / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert (run_dir / "throughput.png").stat().st_size > 0
+    for node in ("node1", "node2"):
+        assert (run_dir / node / "launch.out").exists() and (run_dir / node / "exit.rc").read_text().strip() == "0"
+    _no_injection()
+
+    # report.yml collects the run again from the nodes and rebuilds its report.
+    shutil.rmtree(run_dir / "node1")
+    (run_dir / "summary.json").unlink()
+    rebuilt = playbook("playbooks/report.yml", "-e", json.dumps({"run": str(run_dir)}))
+    assert rebuilt.returncode == 0, rebuilt.stdout[-4000:]
+    assert (run_dir / "node1" / "launch.out").exists()
+    assert json.loads((run_dir / "summary.json").read_text())["last_iteration"] == 20
+
+    # The same experiment again: it resumes from the checkpoint of iteration 20 and trains 21..30.
+    second = playbook("train.yml", *SMALL, "-e", "train_iters=30", "-e", NASTY_EXP)
+    assert second.returncode == 0, second.stdout[-6000:]
+    assert "resume       from iteration 20" in second.stdout
+    resumed = json.loads((_latest_run(NASTY) / "summary.json").read_text())
+    metrics = [json.loads(line) for line in (_latest_run(NASTY) / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in metrics] == list(range(21, 31)) and resumed["state"] == "finished"
+
+    # fresh=true moves the checkpoints aside (nothing is deleted) and starts at iteration 1.
+    fresh = playbook("train.yml", *SMALL, "-e", "train_iters=5", "-e", NASTY_EXP, "-e", "fresh=true")
+    assert fresh.returncode == 0, fresh.stdout[-6000:]
+    assert "fresh=true: the earlier ones were moved to" in fresh.stdout
+    metrics = [json.loads(line) for line in (_latest_run(NASTY) / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[0]["iteration"] == 1
+    kept = in_container("node1", "ls -d /data/mtt-train-ops/checkpoints/*.before-*/iter_0000030").stdout
+    assert "iter_0000030" in kept
+    _no_injection()
+
+
+def test_a_busy_cluster_is_refused_and_stop_twice_changes_nothing_the_second_time(provisioned):
+    started = playbook("train.yml", *SMALL, "-e", "train_iters=100000", "-e", "wait=false")
+    assert started.returncode == 0, started.stdout[-4000:]
+    assert "follow it:  ansible-playbook playbooks/status.yml" in started.stdout
+    time.sleep(5)
+    status = playbook("playbooks/status.yml")
+    assert status.returncode == 0, status.stdout[-4000:]
+    assert re.search(r"node2\s+running", status.stdout), status.stdout[-3000:]
+
+    refused = playbook("train.yml", *SMALL, "-e", "train_iters=10")
+    assert refused.returncode != 0
+    assert "node1: a job is running: run 'tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4/" in refused.stdout
+    assert "ansible-playbook stop.yml" in refused.stdout
+    assert recap(refused.stdout)["node1"]["changed"] == 0
+
+    stopped = playbook("stop.yml")
+    assert stopped.returncode == 0, stopped.stdout[-4000:]
+    assert re.search(r"node1: run \S+ \(process group \d+, \d+ processes\) stopped by SIGTERM", stopped.stdout)
+    assert re.search(r"node2: run \S+ \(process group \d+, \d+ processes\) stopped by SIGTERM", stopped.stdout)
+    assert all(c["changed"] >= 1 for name, c in recap(stopped.stdout).items() if name != "localhost")
+    for node in ("node1", "node2"):
+        assert "torchrun" not in in_container(node, "ps -eo args").stdout
+    again = playbook("stop.yml")
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert "node1: idle, nothing to stop" in again.stdout and "node2: idle, nothing to stop" in again.stdout
+    assert all(c["changed"] == 0 for c in recap(again.stdout).values())
+
+
+def _train_in_background(*extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/testbed", "train.yml", *SMALL, *extra],
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for_iterations(exp: str, timeout: float = 180) -> None:
+    """Until the last rank of the experiment's run (node2, local rank 1) has printed iteration lines."""
+    deadline = time.monotonic() + timeout
+    log = f"/data/mtt-train-ops/runs/{exp}/*/logs/node2/*/attempt_0/1/stdout.log"
+    while time.monotonic() < deadline:
+        found = in_container("node2", f"cat {log} 2>/dev/null | grep -c iteration", check=False).stdout.strip()
+        if found.isdigit() and int(found) >= 3:
+            return
+        time.sleep(1)
+    raise AssertionError("the smoke job printed no iteration in time")
+
+
+def test_a_rank_killed_on_a_worker_fails_the_run_naming_node_and_rank(provisioned):
+    for node in ("node1", "node2"):
+        in_container(node, "rm -rf /data/mtt-train-ops/runs/kill-a-rank")
+    job = _train_in_background("-e", "train_iters=100000", "-e", "exp=kill-a-rank")
+    try:
+        _wait_for_iterations("kill-a-rank")
+        # the newest smoke_train.py process on node2 is local rank 1 (global rank 3)
+        in_container("node2", "kill -9 $(pgrep -n -f 'python3 -u .*smoke_trai[n].py')")
+        killed = time.monotonic()
+        output, _ = job.communicate(timeout=240)
+    finally:
+        job.kill()
+    assert job.returncode != 0, output[-4000:]
+    assert time.monotonic() - killed < 120, "train.yml took too long to notice the dead rank"
+    watched = re.search(r"Run kill-a-rank/\S+ failed: (.*)", output)
+    assert watched, output[-5000:]
+    assert "node2" in watched.group(1) and re.search(r"rank [23]\b", watched.group(1)), watched.group(1)
+    assert "SIGKILL" in output or "exitcode -9" in output or "Signal 9" in output
+    for node in ("node1", "node2"):
+        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
+    run_dir = _latest_run("kill-a-rank")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "failed" and summary["failure"]["node"] == "node2"
+    assert summary["last_iteration"] >= 3 and (run_dir / "node1").is_dir() and (run_dir / "node2").is_dir()
+
+
+def test_a_worker_node_lost_mid_run_is_named_and_the_rest_stopped(provisioned):
+    in_container("node2", "rm -rf /data/mtt-train-ops/runs/lose-a-node")
+    job = _train_in_background("-e", "train_iters=100000", "-e", "exp=lose-a-node")
+    try:
+        _wait_for_iterations("lose-a-node")
+        docker("stop", "-t", "1", "mtt-node-2")
+        lost = time.monotonic()
+        output, _ = job.communicate(timeout=300)
+        noticed = time.monotonic() - lost
+    finally:
+        job.kill()
+        docker("start", "mtt-node-2")
+    try:
+        assert job.returncode != 0, output[-4000:]
+        assert noticed < 150, noticed
+        failure = re.search(r"Run lose-a-node/\S+ failed: (.*)", output)
+        assert failure, output[-6000:]
+        failure = failure.group(1)
+        assert "node2" in failure and "ranks 2, 3" in failure, failure
+        assert "smoke_train.py" not in in_container("node1", "ps -eo args").stdout
+        summary = json.loads((_latest_run("lose-a-node") / "summary.json").read_text())
+        assert summary["failure"]["node"] == "node2" and summary["nodes_missing"] == ["node2"]
+    finally:
+        # bring node2 back as provision.yml leaves it (its container restarts; its sshd is started again)
+        _heal()
+
+
+def _heal() -> None:
+    """Provision until node2, restarted, answers again (its engine restarts its containers on its own time)."""
+    last = None
+    for _ in range(6):
+        time.sleep(5)
+        last = playbook("provision.yml")
+        if last.returncode == 0:
+            return
+    raise AssertionError(last.stdout[-4000:])
