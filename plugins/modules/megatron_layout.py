@@ -94,6 +94,15 @@ options:
     description: Launch the project's smoke job instead of C(pretrain_gpt.py) (always so on the cpu backend).
     type: bool
     default: false
+  manifest:
+    description:
+      - The dataset's C(<data_path>.manifest.json) (written by playbooks/data.yml). The launch uses its
+        tokenizer; a tokenizer given that differs is refused; the summary shows the epochs the run reads.
+    type: dict
+  tokenizer_path_given:
+    description: Whether O(tokenizer_path) was set by the user (then it must match the manifest's).
+    type: bool
+    default: true
 notes:
   - Runs no command and changes nothing; supports check mode.
 """
@@ -171,6 +180,8 @@ def main() -> None:
             "recommend": {"type": "bool", "default": False},
             "exp_name": {"type": "str"},
             "smoke": {"type": "bool", "default": False},
+            "manifest": {"type": "dict"},
+            "tokenizer_path_given": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -194,6 +205,8 @@ def main() -> None:
             want_recommendations=p["recommend"],
             exp_name=p["exp_name"],
             smoke=p["smoke"],
+            manifest=p["manifest"],
+            tokenizer_path_given=p["tokenizer_path_given"],
         )
     except PlanError as exc:
         module.fail_json(

@@ -8,6 +8,7 @@ same BPE as a Hugging Face tokenizer.json. Files go under /data/mtt-data-tests i
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -235,3 +236,36 @@ def test_disk_full_cleans_up_and_keeps_the_old_dataset(fixtures):
         assert listing == ["ds.bin", "ds.idx", "old", "old"]
     finally:
         in_node("node1", "docker rm -f mtt-data-full >/dev/null 2>&1 || true", check=False)
+
+
+def _copy_to_node2(path: str) -> None:
+    """Copy a file of node1's training container to the same path in node2's (storage is not shared)."""
+    read = ["docker", "exec", NODE_CONTAINERS["node1"], "docker", "exec", "train", "cat", path]
+    content = subprocess.run(read, capture_output=True, check=True, timeout=60).stdout
+    command = ["docker", "exec", "-i", NODE_CONTAINERS["node2"], "docker", "exec", "-i", "train"]
+    command += ["sh", "-c", f"mkdir -p $(dirname {path}) && cat > {path}"]
+    subprocess.run(command, input=content, check=True, timeout=60)
+
+
+def test_train_takes_the_tokenizer_from_the_manifest_and_refuses_another(fixtures):
+    tokenizer = TOKENIZERS["huggingface"][0]
+    prefix = f"{OUT}/for-train"
+    built = _data(*_args(fixtures["corpus"], prefix, tokenizer))
+    assert built.returncode == 0, built.stdout[-4000:]
+    run = ("-e", "model=tiny", "-e", "seq_length=128", "-e", "num_microbatches=2", "-e", "train_iters=3")
+    run += ("-e", f"data_path={prefix}", "-e", "exp=manifest-test")
+    # The testbed inventory names its own tokenizer: not the one this dataset was made with.
+    refused = playbook("train.yml", *run)
+    assert refused.returncode != 0
+    text = " ".join(refused.stdout.split())
+    assert f"was tokenized with HuggingFaceTokenizer {tokenizer}" in text, text[-3000:]
+    assert "but training was given tokenizer_path=/data/tokenizers/testbed" in text
+    assert "Launch from the master" not in refused.stdout  # refused before anything was started
+    for suffix in (".bin", ".idx", ".manifest.json"):
+        _copy_to_node2(prefix + suffix)
+    ran = playbook("train.yml", *run, "-e", f"tokenizer_path={tokenizer}")
+    assert ran.returncode == 0, ran.stdout[-4000:]
+    assert "HuggingFaceTokenizer (from the dataset's manifest" in ran.stdout
+    summary = r"dataset +\S+for-train: [\d,]+ tokens in [\d,]+ documents; the run reads [\d.e+-]+ epoch"
+    assert re.search(summary, ran.stdout), ran.stdout[-4000:]
+    in_container("node2", f"rm -rf {BASE}", check=False)

@@ -14,6 +14,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from .cluster import Cluster, cluster_from_hosts
+from .dataset_manifest import ManifestError, epochs, manifest_for_plan
 from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
 from .layout import Layout, LayoutRequest, plan_layout
@@ -156,6 +157,8 @@ def make_plan(
     want_recommendations: bool = False,
     exp_name: str | None = None,
     smoke: bool = False,
+    manifest: Mapping[str, Any] | None = None,
+    tokenizer_path_given: bool = True,
 ) -> dict[str, Any]:
     """Validate and derive the whole plan; raise :class:`PlanError` listing every problem.
 
@@ -189,10 +192,28 @@ def make_plan(
         lay = None
     if isinstance(request.train_iters, int):
         problems += check_training(train_cfg, request.train_iters)
+    dataset = None
+    if manifest:
+        try:
+            dataset = manifest_for_plan(
+                dict(manifest), tokenizer_path if tokenizer_path_given else None, tokenizer_type or None
+            )
+        except ManifestError as exc:
+            problems.append(f"dataset manifest: {exc}")
+        else:
+            if spec is not None and dataset["vocab_size"] > spec.vocab_size:
+                problems.append(
+                    f"dataset {data_path} was tokenized with {dataset['vocab_size']} token ids, more than model "
+                    f"{spec.name}'s vocabulary of {spec.vocab_size}: use the model's tokenizer, or a preset that fits"
+                )
     if problems or lay is None or spec is None or cluster is None:
         raise PlanError(problems)
 
+    if dataset is not None:
+        tokenizer_type, tokenizer_path = dataset["tokenizer_type"], dataset["tokenizer_path"]
     tok_type, tok_model, tok_source = resolve_tokenizer(tokenizer_type, tokenizer_path, spec)
+    if dataset is not None:
+        tok_source = f"from the dataset's manifest {data_path}.manifest.json"
     memory = memory_report(spec, cluster, lay, memory_headroom_fraction)
     recommendations = None
     if want_recommendations or not memory["fits"]:
@@ -282,6 +303,15 @@ def make_plan(
         "smoke_args": smoke_args(lay, request.train_iters, paths, train_cfg),
         "peak_tflops_per_card": cluster.peak_bf16_tflops,
         "resume": None,
+        "dataset": None
+        if dataset is None
+        else {
+            "tokens": dataset["tokens"],
+            "documents": dataset["documents"],
+            "vocab_size": dataset["vocab_size"],
+            "eod_id": dataset["eod_id"],
+            "epochs": epochs(lay.global_batch_size * lay.seq_length, request.train_iters, dataset["tokens"]),
+        },
         "warnings": list(lay.warnings) + ([] if memory["fits"] else ["forced: the layout does not fit"]),
         "forced": bool(force and not memory["fits"]),
     }
@@ -381,6 +411,13 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         f"{plan['flops_per_iteration_full_attention'] / 1e15:.2f} full-attention), "
         f"{plan['tokens_per_iteration']:,} tokens/iteration",
         f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']})",
+        f"dataset      {plan['data_path']}"
+        + (
+            f": {plan['dataset']['tokens']:,} tokens in {plan['dataset']['documents']:,} documents; the run reads "
+            f"{plan['dataset']['epochs']:.3g} epoch(s)"
+            if plan.get("dataset")
+            else " (no manifest: made outside playbooks/data.yml, or not read)"
+        ),
         "job          "
         + (
             "the smoke job (jobs/smoke_train.py): megatron-core groups, all-reduce checks, a small model"
