@@ -15,9 +15,11 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install --quiet -r requirements.txt
 	touch $@
 
-## The main job on the built-in default: the local testbed, provisioned over SSH.
+## The main job on the built-in default: the whole lifecycle on the local testbed, over SSH.
 demo: testbed-up
 	$(BIN)/ansible-playbook -i inventory/testbed provision.yml
+	$(BIN)/ansible-playbook -i inventory/testbed train.yml -e tp=1 -e pp=1
+	$(BIN)/ansible-playbook -i inventory/testbed stop.yml
 
 ## Plan Llama3-8B on the example two-node S5000 cluster.
 plan: setup

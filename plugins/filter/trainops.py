@@ -76,9 +76,9 @@ def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
 def plan_with_resume(plan: Mapping[str, Any], tracker: str | None, moved_to: str | None = None) -> dict[str, Any]:
     """The plan with its resume point, from the text of Megatron's latest_checkpointed_iteration.txt."""
     text = (tracker or "").strip()
-    if text and not text.isdigit() and text != "release":
+    if text and not (text.isascii() and text.isdigit()) and text != "release":
         raise AnsibleFilterError(f"latest_checkpointed_iteration.txt holds {text!r}, not an iteration")
-    iteration = int(text) if text.isdigit() else (0 if text == "release" else None)
+    iteration = int(text) if text and text != "release" else (0 if text == "release" else None)
     return with_resume(plan, iteration, moved_to or None)
 
 

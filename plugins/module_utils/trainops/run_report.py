@@ -351,6 +351,7 @@ def _write_jsonl(path: str, records: Sequence[Mapping[str, Any]]) -> None:
 
 def write_report(root: str, plan: Mapping[str, Any], incident: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Parse every node's logs under ``root`` and write the report files there; returns the summary and table."""
+    root = os.path.abspath(root)
     node_dirs = [n["name"] for n in plan["nodes"] if os.path.isdir(os.path.join(root, n["name"]))]
     log = MegatronLog()
     if node_dirs:

@@ -42,14 +42,14 @@ def members(pgid):
 
 def marked(run_dir):
     """The pids whose environment carries this run's mark (torchrun's ranks live in sessions of their own)."""
-    mark = b"MTT_TRAIN_OPS_RUN=" + run_dir.encode() + b"\0"
+    mark = b"\0MTT_TRAIN_OPS_RUN=" + run_dir.encode() + b"\0"
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as handle:
-                if mark in handle.read() + b"\0":
+                if mark in b"\0" + handle.read() + b"\0":
                     found.append(int(entry))
         except OSError:
             continue
@@ -72,7 +72,7 @@ def signal_all(group, signum):
 def runs_from(pid, run_dir):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return run_dir.encode() in handle.read()
+            return run_dir.rstrip("/").encode() + b"/" in handle.read()
     except OSError:
         return False
 
@@ -88,9 +88,9 @@ def live_groups(node, work_home, run_dir=None):
                 pgid = int(handle.read().strip())
         except (OSError, ValueError):
             continue
-        in_group = members(pgid)
-        pids = sorted(set(in_group) | set(marked(directory)))
-        if pids and (len(pids) > len(in_group) or any(runs_from(pid, directory) for pid in in_group)):
+        in_group, mark = members(pgid), marked(directory)
+        pids = sorted(set(in_group) | set(mark))
+        if pids and (mark or any(runs_from(pid, directory) for pid in in_group)):
             yield {
                 "run_dir": directory,
                 "exp": os.path.basename(os.path.dirname(directory)),

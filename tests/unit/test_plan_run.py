@@ -1,0 +1,155 @@
+"""make_plan's experiment name, job and resume; the plan_with_resume filter."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from presets import load_preset
+from trainops.errors import PlanError
+from trainops.plan import exp_name_problems, make_plan, with_resume
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("trainops_filters_resume", ROOT / "plugins" / "filter" / "trainops.py")
+filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(filters)
+plan_with_resume = filters.FilterModule().filters()["trainops_plan_with_resume"]
+
+CPU_HOSTS = [
+    {"name": "node1", "ansible_host": "172.30.0.11", "slots": 2, "accelerator": "cpu"},
+    {"name": "node2", "ansible_host": "172.30.0.12", "slots": 2, "accelerator": "cpu"},
+]
+MUSA_HOSTS = [dict(host, accelerator="musa") for host in CPU_HOSTS]
+LAYOUT = {"train_iters": 20, "seq_length": 256, "gbs": 8, "precision": "bf16"}
+ODD_EXP = 'it\'s a "test"; $(touch x) `y` & | > < *'
+
+
+def plan(hosts=CPU_HOSTS, **kwargs):
+    kwargs.setdefault("layout", LAYOUT)
+    kwargs.setdefault("run_id", "20261130-060020")
+    return make_plan(model=load_preset("tiny"), hosts=hosts, work_home="/data/mtt-train-ops", **kwargs)
+
+
+@pytest.mark.parametrize("name", ["", " ", ".", "..", "a/b", "/", "a\0b", "a\nb", "a\rb", 5])
+def test_exp_names_refused(name):
+    problems = exp_name_problems(name)
+    assert len(problems) == 1 and problems[0].startswith("exp ")
+
+
+@pytest.mark.parametrize("name", [None, "kill-a-rank", "my run", ODD_EXP, "...", ".hidden", "ümlaut"])
+def test_exp_names_accepted(name):
+    assert exp_name_problems(name) == []
+
+
+def test_make_plan_refuses_a_bad_exp_name_with_the_other_problems():
+    with pytest.raises(PlanError) as caught:
+        plan(exp_name="a/b", layout=dict(LAYOUT, tp="x"))
+    text = str(caught.value)
+    assert "must not contain '/'" in text and "tp must be an integer" in text
+
+
+def test_exp_name_names_the_run_and_checkpoint_dirs():
+    p = plan(exp_name=ODD_EXP)
+    assert p["exp_name"] == ODD_EXP
+    assert p["run_dir"] == f"/data/mtt-train-ops/runs/{ODD_EXP}/20261130-060020"
+    assert p["checkpoint_dir"] == f"/data/mtt-train-ops/checkpoints/{ODD_EXP}"
+    assert p["tensorboard_dir"] == f"{p['run_dir']}/tensorboard"
+    assert f"experiment   {ODD_EXP}  (model tiny" in p["summary"][0]
+    default = plan()
+    assert default["exp_name"] == "tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4"
+    assert default["run_dir"] == "/data/mtt-train-ops/runs/tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4/20261130-060020"
+
+
+@pytest.mark.parametrize(
+    ("hosts", "smoke", "job", "peak"),
+    [(CPU_HOSTS, False, "smoke", 1.0), (CPU_HOSTS, True, "smoke", 1.0), (MUSA_HOSTS, False, "megatron", 465.0)]
+    + [(MUSA_HOSTS, True, "smoke", 465.0)],
+)
+def test_job_and_peak(hosts, smoke, job, peak):
+    p = plan(hosts=hosts, smoke=smoke)
+    assert p["job"] == job
+    assert p["peak_tflops_per_card"] == peak
+    assert p["resume"] is None
+    assert any(line.startswith("job          the smoke job") for line in p["summary"]) is (job == "smoke")
+
+
+def test_accelerator_peak_override():
+    assert plan(hosts=MUSA_HOSTS, accelerator_peak_tflops=500)["peak_tflops_per_card"] == 500.0
+
+
+def test_smoke_args_carry_the_plan():
+    p = plan(hosts=MUSA_HOSTS, smoke=True, exp_name="smoke test", training={"save_interval": 5})
+    args = p["smoke_args"]
+    pairs = dict(zip(args[::2], args[1::2], strict=True))
+    assert len(pairs) * 2 == len(args)
+    assert pairs == {
+        "--tp": str(p["tp"]),
+        "--pp": str(p["pp"]),
+        "--cp": str(p["cp"]),
+        "--train-iters": "20",
+        "--micro-batch-size": str(p["micro_batch_size"]),
+        "--global-batch-size": "8",
+        "--seq-length": "256",
+        "--data-path": p["data_path"],
+        "--save": "/data/mtt-train-ops/checkpoints/smoke test",
+        "--load": "/data/mtt-train-ops/checkpoints/smoke test",
+        "--save-interval": "5",
+    }
+    # Every flag is one that jobs/smoke_train.py's parser defines.
+    defined = set(re.findall(r'add_argument\("(--[a-z-]+)"', (ROOT / "jobs" / "smoke_train.py").read_text()))
+    assert set(pairs) <= defined
+
+
+def test_with_resume_from_a_checkpoint():
+    p = plan(exp_name="kill-a-rank")
+    out = with_resume(p, 20)
+    assert out["resume"] == {"iteration": 20, "from": "/data/mtt-train-ops/checkpoints/kill-a-rank"}
+    assert out["summary"][-1] == (
+        "resume       from iteration 20 in /data/mtt-train-ops/checkpoints/kill-a-rank (-e fresh=true: start anew)"
+    )
+    assert out["summary"][:-1] == p["summary"]
+    assert p["resume"] is None and not any(x.startswith("resume ") for x in p["summary"])  # the input is kept
+    again = with_resume(out, 40)
+    assert [x for x in again["summary"] if x.startswith("resume ")] == [
+        "resume       from iteration 40 in /data/mtt-train-ops/checkpoints/kill-a-rank (-e fresh=true: start anew)"
+    ]
+
+
+def test_with_resume_fresh_start():
+    p = plan(exp_name="kill-a-rank")
+    out = with_resume(with_resume(p, 20), None, moved_to="/data/mtt-train-ops/checkpoints/kill-a-rank.old")
+    assert out["resume"] is None
+    assert [x for x in out["summary"] if x.startswith("resume ")] == [
+        "resume       none: a fresh start, checkpoints go to /data/mtt-train-ops/checkpoints/kill-a-rank "
+        "(fresh=true: the earlier ones were moved to /data/mtt-train-ops/checkpoints/kill-a-rank.old)"
+    ]
+    assert with_resume(p, None)["summary"][-1] == (
+        "resume       none: a fresh start, checkpoints go to /data/mtt-train-ops/checkpoints/kill-a-rank"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tracker", "iteration"), [("20\n", 20), (" 7 ", 7), ("release", 0), ("release\n", 0), ("", None), (None, None)]
+)
+def test_plan_with_resume_reads_the_tracker(tracker, iteration):
+    out = plan_with_resume(plan(), tracker)
+    assert (out["resume"] or {}).get("iteration") == iteration
+    assert out["summary"][-1].startswith(
+        "resume       from iteration" if iteration is not None else "resume       none"
+    )
+
+
+def test_plan_with_resume_passes_moved_to_and_ignores_an_empty_one():
+    assert plan_with_resume(plan(), "", "/old")["summary"][-1].endswith(
+        "(fresh=true: the earlier ones were moved to /old)"
+    )
+    assert plan_with_resume(plan(), "", "")["summary"][-1].endswith("checkpoints/tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4")
+
+
+@pytest.mark.parametrize("tracker", ["garbage", "-1", "1.5", "20 release"])
+def test_plan_with_resume_refuses_garbage(tracker):
+    with pytest.raises(AnsibleFilterError, match="latest_checkpointed_iteration.txt holds"):
+        plan_with_resume(plan(), tracker)
