@@ -50,6 +50,26 @@ def test_verify_playbook(converged):
     assert recap(result.stdout)["node1"]["failed"] == 0
 
 
+def test_a_stale_sshd_pid_file_is_not_taken_for_a_running_sshd(converged):
+    """After a container restart its pid file names a pid that another process may hold (even one whose command
+    line names the sshd config): provision.yml must start sshd again, not trust the file."""
+    decoy = "python3 -c 'import time; time.sleep(600)' /etc/ssh/sshd_config_mtt_train_ops"
+    in_container(
+        "node2",
+        "kill $(cat /run/sshd-mtt-train-ops.pid) && sleep 1 && "
+        f"setsid -f {decoy} > /dev/null 2>&1 && sleep 0.5 && "
+        "pgrep -n -f 'time[.]sleep[(]600' > /run/sshd-mtt-train-ops.pid && "
+        "grep -q sshd_config_mtt_train_ops /proc/$(cat /run/sshd-mtt-train-ops.pid)/cmdline",
+    )
+    try:
+        result = playbook("provision.yml")
+        assert result.returncode == 0, result.stdout[-4000:]
+        with socket.create_connection(("172.30.0.12", 2222), timeout=5) as conn:
+            assert conn.recv(64).startswith(b"SSH-2.0-OpenSSH")
+    finally:
+        in_container("node2", "pkill -f 'time[.]sleep[(]600' || true")
+
+
 def test_container_sshd_answers_and_password_login_is_off(converged):
     for address in ("172.30.0.11", "172.30.0.12"):
         with socket.create_connection((address, 2222), timeout=5) as conn:
