@@ -53,7 +53,21 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def check_groups(tp: int, pp: int, cp: int) -> dict[str, int]:
+def pick_device(backend: str) -> torch.device:
+    """The rank's device: the CPU with gloo, else its card (LOCAL_RANK) through torch.cuda or torch_musa."""
+    if backend == "gloo":
+        return torch.device("cpu")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if backend == "mccl":
+        import torch_musa  # noqa: F401  (registers torch.musa and the mccl backend)
+
+        torch.musa.set_device(local_rank)
+        return torch.device("musa", local_rank)
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def check_groups(tp: int, pp: int, cp: int, device: torch.device) -> dict[str, int]:
     """Build Megatron's groups and prove each one with an all-reduce; returns the group sizes."""
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
@@ -66,7 +80,7 @@ def check_groups(tp: int, pp: int, cp: int) -> dict[str, int]:
     sizes = {}
     for name, group in groups.items():
         size = dist.get_world_size(group=group)
-        probe = torch.ones(1)
+        probe = torch.ones(1, device=device)
         dist.all_reduce(probe, group=group)
         if int(probe.item()) != size:
             raise RuntimeError(f"all-reduce in the {name} group gave {probe.item()}, expected {size}")
@@ -118,7 +132,7 @@ def load_checkpoint(directory: str, rank: int) -> dict | None:
             iteration = int(handle.read().strip())
         path = os.path.join(directory, f"iter_{iteration:07d}", "smoke.pt")
         print(f" loading checkpoint from {directory} at iteration {iteration}", flush=True)
-        state[0] = torch.load(path, weights_only=False)
+        state[0] = torch.load(path, map_location="cpu", weights_only=False)
     dist.broadcast_object_list(state, src=0)
     return state[0]
 
@@ -145,11 +159,12 @@ def save_checkpoint(directory: str, iteration: int, consumed: int, model, optimi
 def main() -> None:
     args = parse_args()
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    device = pick_device(backend)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
     last = rank == world - 1
     torch.manual_seed(args.seed)
-    sizes = check_groups(args.tp, args.pp, args.cp)
+    sizes = check_groups(args.tp, args.pp, args.cp, device)
     if last:
         print(
             f"[smoke] world {world}: all-reduce checked in every group "
@@ -161,10 +176,12 @@ def main() -> None:
     if gbs % (args.micro_batch_size * world):
         raise SystemExit(f"global batch {gbs} is not divisible by mbs x world = {args.micro_batch_size * world}")
     accumulation = gbs // (args.micro_batch_size * world)
-    model = DistributedDataParallel(TinyLM(args.vocab_size, args.hidden_size))
+    card = device.type != "cpu"
+    model = TinyLM(args.vocab_size, args.hidden_size).to(device)
+    model = DistributedDataParallel(model, device_ids=[device.index] if card else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     parameters = sum(p.numel() for p in model.parameters())
-    tokens = token_source(args.data_path, args.vocab_size, args.seed)
+    tokens = token_source(args.data_path, args.vocab_size, args.seed).to(device)
     span = args.seq_length + 1
     consumed, start_iteration = 0, 1
     checkpoint = load_checkpoint(args.load, rank)
@@ -183,7 +200,7 @@ def main() -> None:
         dist.barrier()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros(1)
+        loss_sum = torch.zeros(1, device=device)
         for micro in range(accumulation):
             rows = []
             for row in range(args.micro_batch_size):
@@ -200,7 +217,9 @@ def main() -> None:
         if finite:  # like Megatron: a step with a non-finite gradient is skipped and counted
             optimizer.step()
         dist.all_reduce(loss_sum)
-        elapsed = torch.tensor([time.perf_counter() - start])
+        if card:
+            getattr(torch, device.type).synchronize()
+        elapsed = torch.tensor([time.perf_counter() - start], device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         consumed += gbs
         seconds = float(elapsed)
@@ -219,13 +238,13 @@ def main() -> None:
                 f" number of nan iterations: {int(not finite):3d} |",
                 flush=True,
             )
-            if torch.cuda.is_available():
-                mib = 1024 * 1024
+            if card:
+                mib, accel = 1024 * 1024, getattr(torch, device.type)  # torch.cuda or torch.musa
                 print(
                     f"[Rank {rank}] (after {iteration} iterations) memory (MB) | allocated: "
-                    f"{torch.cuda.memory_allocated() / mib} | max allocated: {torch.cuda.max_memory_allocated() / mib}"
-                    f" | reserved: {torch.cuda.memory_reserved() / mib} | max reserved: "
-                    f"{torch.cuda.max_memory_reserved() / mib}",
+                    f"{accel.memory_allocated() / mib} | max allocated: {accel.max_memory_allocated() / mib}"
+                    f" | reserved: {accel.memory_reserved() / mib} | max reserved: "
+                    f"{accel.max_memory_reserved() / mib}",
                     flush=True,
                 )
         if args.save and rank == 0 and args.save_interval and iteration % args.save_interval == 0:
