@@ -88,7 +88,7 @@ options:
   exp_name:
     description:
       - Experiment name, one directory level of the run and checkpoint paths (spaces and shell
-        metacharacters are allowed: every use is quoted). Default derived from the layout.
+        metacharacters are allowed, as every use is quoted). Default derived from the layout.
     type: str
   smoke:
     description: Launch the project's smoke job instead of C(pretrain_gpt.py) (always so on the cpu backend).

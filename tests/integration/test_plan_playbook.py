@@ -50,6 +50,7 @@ def test_plan_writes_everything(runbook_plan):
         "launch-node1.sh",
         "launch-node2.sh",
         "plan.json",
+        "probe.sh",
         "recommendations.json",
         "stop.sh",
     ]
