@@ -167,7 +167,7 @@ def build_report(
     peak = card_peak_tflops(plan)
     step = summary.get("step_time_ms")
     model_tflops = None
-    if step and step.get("median"):
+    if step and step.get("median") and plan.get("job") != "smoke":
         model_tflops = plan["flops_per_iteration"] / (step["median"] / 1000) / plan["world_size"] / 1e12
     summary["model_tflops_per_card"] = {
         "median": model_tflops,
@@ -176,9 +176,10 @@ def build_report(
         "peak_source": f"dense BF16 peak of the {plan.get('card')}" if peak else "no stated peak (cpu)",
         "mfu": (model_tflops / peak) if (model_tflops and peak) else None,
     }
-    if plan.get("job") == "smoke" and model_tflops is not None:
+    if plan.get("job") == "smoke":
         summary["model_tflops_per_card"]["note"] = (
-            "the smoke job trains a small model, not the preset: the Megatron-printed figure is its own"
+            "the smoke job trains a small model of its own, not the preset: only Megatron-format figures it "
+            "printed (its own model FLOPs) apply"
         )
     megatron = summary.get("tflops_per_gpu")
     if megatron and peak:
@@ -274,7 +275,8 @@ def summary_table(summary: Mapping[str, Any]) -> list[str]:
         f"{summary.get('skipped_iterations', 0)} skipped iteration(s)"
     )
     if summary.get("failure_text"):
-        lines.append(f"failure      {summary['failure_text']}")
+        label = "failure" if summary["state"] == "failed" else "reported"
+        lines.append(f"{label:<12} {summary['failure_text']}")
     return lines
 
 
