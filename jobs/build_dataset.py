@@ -394,19 +394,39 @@ def build(args, tmp: str, progress: Progress) -> dict:
             f"input {args.input}: no document with text under key {args.json_key!r} "
             f"({_describe_skips(counts, first_lines) or 'the file is empty'}); check -e json_key"
         )
+    return _manifest(
+        args,
+        tokenizer,
+        tmp,
+        start,
+        builder="mtt-train-ops jobs/build_dataset.py",
+        documents=documents,
+        tokens=tokens,
+        skipped=manifest_schema.skipped_record(dict(counts), first_lines),
+        input_record={"path": args.input, "bytes": input_bytes, "sha256": digest.hexdigest(), "lines": lines},
+        dtype=numpy.dtype(dtype).name,
+    )
+
+
+def _manifest(
+    args, tokenizer, tmp, start, *, builder, documents, tokens, skipped, input_record, dtype, megatron_tokenizer=None
+) -> dict:
+    """The manifest of a dataset written to the temporary prefix ``tmp`` (either builder).
+
+    ``megatron_tokenizer``: the tokenizer Megatron-LM's tool built, whose vocabulary and eod are recorded instead.
+    """
     elapsed = time.time() - start
-    tok_sha = sha256_file(tokenizer["source"])
-    return {
+    manifest = {
         "schema_version": manifest_schema.SCHEMA_VERSION,
         "prefix": args.output_prefix,
-        "builder": "mtt-train-ops jobs/build_dataset.py",
+        "builder": builder,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "tokenizer": {
             "type": tokenizer["type"],
             "format": tokenizer["format"],
             "path": args.tokenizer,
             "model": tokenizer["model"],
-            "sha256": tok_sha,
+            "sha256": sha256_file(tokenizer["source"]),
             "vocab_size": tokenizer["vocab_size"],
             "eod_id": tokenizer["eod_id"],
             "eod_token": tokenizer["eod_token"],
@@ -416,19 +436,25 @@ def build(args, tmp: str, progress: Progress) -> dict:
         "json_key": args.json_key,
         "documents": documents,
         "tokens": tokens,
-        "skipped": manifest_schema.skipped_record(dict(counts), first_lines),
-        "input": {"path": args.input, "bytes": input_bytes, "sha256": digest.hexdigest(), "lines": lines},
+        "skipped": skipped,
+        "input": input_record,
         "output": {
             "bin_bytes": os.path.getsize(tmp + ".bin"),
             "idx_bytes": os.path.getsize(tmp + ".idx"),
             "idx_sha256": sha256_file(tmp + ".idx"),
-            "dtype": numpy.dtype(dtype).name,
+            "dtype": dtype,
         },
         "workers": args.workers,
         "elapsed_s": round(elapsed, 3),
         "tokens_per_s": round(tokens / elapsed) if elapsed > 0 else 0,
         "versions": versions(tokenizer["library"]),
     }
+    if megatron_tokenizer is not None:
+        record = manifest["tokenizer"]
+        del record["eod_token"]  # Megatron's own eod may not be the detected token (SentencePiece adds <EOD>)
+        record.update(vocab_size=int(megatron_tokenizer.vocab_size), eod_id=int(megatron_tokenizer.eod))
+        record["launch_ready"] = True
+    return manifest
 
 
 def _describe_skips(counts, first_lines) -> str:
@@ -479,46 +505,25 @@ def build_with_megatron(args, tmp: str, progress: Progress) -> dict:
             tensor_model_parallel_size=1,
         )
     )
-    elapsed = time.time() - start
-    return {
-        "schema_version": manifest_schema.SCHEMA_VERSION,
-        "prefix": args.output_prefix,
-        "builder": f"Megatron-LM {tool}",
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "tokenizer": {
-            "type": tokenizer["type"],
-            "format": tokenizer["format"],
-            "path": args.tokenizer,
-            "model": tokenizer["model"],
-            "sha256": sha256_file(tokenizer["source"]),
-            "vocab_size": int(megatron_tok.vocab_size),
-            "eod_id": int(megatron_tok.eod),
-            "launch_ready": True,
-            "note": tokenizer["note"],
-        },
-        "json_key": args.json_key,
-        "documents": documents,
-        "tokens": tokens,
-        "skipped": manifest_schema.skipped_record({}, {}),
-        "input": {
+    index_dtype = dataset.index.dtype
+    return _manifest(
+        args,
+        tokenizer,
+        tmp,
+        start,
+        builder=f"Megatron-LM {tool}",
+        documents=documents,
+        tokens=tokens,
+        skipped=manifest_schema.skipped_record({}, {}),
+        input_record={
             "path": args.input,
             "bytes": os.path.getsize(args.input),
             "sha256": sha256_file(args.input),
             "lines": -1,
         },
-        "output": {
-            "bin_bytes": os.path.getsize(tmp + ".bin"),
-            "idx_bytes": os.path.getsize(tmp + ".idx"),
-            "idx_sha256": sha256_file(tmp + ".idx"),
-            "dtype": str(
-                dataset.index.dtype.__name__ if hasattr(dataset.index.dtype, "__name__") else dataset.index.dtype
-            ),
-        },
-        "workers": args.workers,
-        "elapsed_s": round(elapsed, 3),
-        "tokens_per_s": round(tokens / elapsed) if elapsed > 0 else 0,
-        "versions": versions(tokenizer["library"]),
-    }
+        dtype=str(getattr(index_dtype, "__name__", index_dtype)),
+        megatron_tokenizer=megatron_tok,
+    )
 
 
 def publish(tmp: str, prefix: str, manifest: dict) -> None:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path
+from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path, summarize
 
 #: Iterations left out of step-time statistics at the start of a run (compilation, allocator warm-up).
 WARMUP_ITERATIONS = 3
@@ -365,8 +365,6 @@ def write_report(root: str, plan: Mapping[str, Any], incident: Mapping[str, Any]
             peak_tflops=card_peak_tflops(plan),
         )
     else:
-        from .megatron_log import summarize
-
         log.summary = summarize(log, seq_length=plan["seq_length"], world_size=plan["world_size"])
     missing = [n["name"] for n in plan["nodes"] if n["name"] not in node_dirs]
     summary = build_report(log, plan, root, incident, missing)
