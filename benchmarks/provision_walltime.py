@@ -8,7 +8,8 @@ the first provision.yml loads the image into every node: "cold"), then provision
 warm again with the collective checks forced (-e recheck=true: by default a passing result recorded in the
 container is reused for an hour), with SSH pipelining off, and with ControlPersist off. Image building is timed
 separately (it is cached by recipe hash; `testbed/build-images.sh --force` rebuilds). Timings are noisy on a
-2-core machine: compare the ratios within one run.
+2-core machine: compare the ratios within one run. Beside each cold and warm time it prints the busy CPU seconds
+of the whole machine (every node shares its cores): wall time can not fall below CPU seconds / cores.
 """
 
 from __future__ import annotations
@@ -24,12 +25,25 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+#: CPU seconds (all cores, every process of the machine: the controller, the node containers and their
+#: engines share one kernel) spent during the last timed command.
+CPU = {"last": 0.0}
+
+
+def busy_cpu_seconds() -> float:
+    """Seconds of CPU time the whole machine has spent busy (not idle or waiting for I/O) since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> float:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ['PATH']}")
     env.update(extra_env or {})
-    start = time.perf_counter()
+    cpu_start, start = busy_cpu_seconds(), time.perf_counter()
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    CPU["last"] = busy_cpu_seconds() - cpu_start
     if result.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
     return elapsed
@@ -46,27 +60,32 @@ def main() -> None:
         timed([str(BIN / "ansible-playbook"), "testbed/down.yml"])
         up = timed([str(BIN / "ansible-playbook"), "testbed/up.yml", "-e", f"testbed_nodes={size}"])
         cold = timed(playbook)
+        cold_cpu = CPU["last"]
         warm = timed(playbook)
+        warm_cpu = CPU["last"]
         recheck = timed(playbook + ["-e", "recheck=true"])
         no_pipelining = timed(playbook, {"ANSIBLE_PIPELINING": "False"})
         no_persist = timed(playbook, {"ANSIBLE_SSH_ARGS": "-o ControlMaster=no"})
-        rows.append((size, up, cold, warm, recheck, no_pipelining, no_persist))
+        rows.append((size, up, cold, warm, recheck, no_pipelining, no_persist, cold_cpu, warm_cpu))
         print(
-            f"{size} nodes: up {up:.1f} s, cold {cold:.1f} s, warm {warm:.1f} s, "
+            f"{size} nodes: up {up:.1f} s, cold {cold:.1f} s ({cold_cpu:.0f} CPU s), warm {warm:.1f} s "
+            f"({warm_cpu:.0f} CPU s), "
             f"warm without pipelining {no_pipelining:.1f} s, warm without ControlPersist {no_persist:.1f} s",
             flush=True,
         )
     print()
     print(
         "| nodes | testbed up | provision cold | warm | warm/cold | warm, recheck=true | warm, no pipelining |"
-        " warm, no ControlPersist |"
+        " warm, no ControlPersist | CPU s cold / warm |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for size, up, cold, warm, recheck, nop, nocp in rows:
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    cores = os.cpu_count()
+    for size, up, cold, warm, recheck, nop, nocp, cold_cpu, warm_cpu in rows:
         print(
             f"| {size} | {up:.1f} s | {cold:.1f} s | {warm:.1f} s | {warm / cold:.0%} | {recheck:.1f} s | {nop:.1f} s"
-            f" | {nocp:.1f} s |"
+            f" | {nocp:.1f} s | {cold_cpu:.0f} / {warm_cpu:.0f} |"
         )
+    print(f"\n(CPU s: busy CPU seconds of the whole machine during the run, {cores} cores)")
     if len(rows) >= 2:
         print(
             f"\n{rows[1][0]} nodes / {rows[0][0]} nodes: cold {rows[1][2] / rows[0][2]:.2f}x, "

@@ -21,6 +21,7 @@ from trainops.gmi import GmiParseError  # noqa: E402
 from trainops.gmi import parse_mthreads_gmi as _parse_mthreads_gmi  # noqa: E402
 from trainops.gmi import parse_nvidia_smi_csv as _parse_nvidia_smi_csv  # noqa: E402
 from trainops.plan import with_resume  # noqa: E402
+from trainops.provision_report import provision_table  # noqa: E402
 
 #: Inventory variables the planner reads from each node.
 NODE_KEYS = ("ansible_host", "slots", "accelerator", "master", "node_addr", "accelerator_card")
@@ -103,41 +104,6 @@ parse_mthreads_gmi_full = _filter_error("parse_mthreads_gmi", _parse_mthreads_gm
 parse_nvidia_smi = _filter_error("parse_nvidia_smi", lambda gpus, apps="": _parse_nvidia_smi_csv(gpus, apps)["cards"])
 #: rows, avg_busbw_gbps, largest_busbw_gbps, wrong, out_of_bounds of an all_reduce_perf run.
 parse_allreduce_perf = _filter_error("parse_allreduce_perf", _parse_allreduce_perf)
-
-
-def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The provision report as a fixed-width table, one row per node."""
-
-    def bandwidth(value: Any) -> str:
-        return "-" if value is None else f"{float(value):.4g}"
-
-    def data(sizes: Mapping[str, Any]) -> str:
-        if not sizes:
-            return "not checked"
-        return "MISSING" if any(v is None for v in sizes.values()) else "ok"
-
-    fmt = "{:<10} {:<16} {:<16} {:<44} {:>5} {:>5} {:<20} {:>9} {:>9} {}"
-    lines = [
-        fmt.format("node", "address", "container", "image", "sshd", "cards", "card", "node GB/s", "all GB/s", "data")
-    ]
-    for row in rows:
-        status = row.get("status", "")
-        container = row.get("container", "-") + ("" if status == "running" else f" ({status})")
-        lines.append(
-            fmt.format(
-                row["node"],
-                str(row.get("address", "")),
-                container,
-                str(row.get("image", ""))[:44],
-                str(row.get("sshd_port", "")),
-                str(row.get("cards", "-")),
-                ",".join(row.get("card_names") or []) or "-",
-                bandwidth(row.get("busbw_node_gbps")),
-                bandwidth(row.get("busbw_cluster_gbps")),
-                data(row.get("data") or {}),
-            )
-        )
-    return "\n".join(lines)
 
 
 class FilterModule:

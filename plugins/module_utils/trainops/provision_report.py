@@ -1,0 +1,62 @@
+"""The provision report: one row per node, as a fixed-width table and as a JSON file on the controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The provision report as a fixed-width table, one row per node."""
+
+    def bandwidth(value: Any) -> str:
+        return "-" if value is None else f"{float(value):.4g}"
+
+    def data(sizes: Mapping[str, Any]) -> str:
+        if not sizes:
+            return "not checked"
+        return "MISSING" if any(v is None for v in sizes.values()) else "ok"
+
+    fmt = "{:<10} {:<16} {:<16} {:<44} {:>5} {:>5} {:<20} {:>9} {:>9} {}"
+    lines = [
+        fmt.format("node", "address", "container", "image", "sshd", "cards", "card", "node GB/s", "all GB/s", "data")
+    ]
+    for row in rows:
+        status = row.get("status", "")
+        container = row.get("container", "-") + ("" if status == "running" else f" ({status})")
+        lines.append(
+            fmt.format(
+                row["node"],
+                str(row.get("address", "")),
+                container,
+                str(row.get("image", ""))[:44],
+                str(row.get("sshd_port", "")),
+                str(row.get("cards", "-")),
+                ",".join(row.get("card_names") or []) or "-",
+                bandwidth(row.get("busbw_node_gbps")),
+                bandwidth(row.get("busbw_cluster_gbps")),
+                data(row.get("data") or {}),
+            )
+        )
+    return "\n".join(lines)
+
+
+def write_provision_report(directory: str, timestamp: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """Write ``<directory>/provision-<timestamp>.json`` (the directory made if needed, the file replaced whole,
+    never half-written); its path."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"provision-{timestamp}.json")
+    fd, temporary = tempfile.mkstemp(prefix=".provision-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"timestamp": timestamp, "nodes": list(rows)}, handle, indent=2)
+            handle.write("\n")
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return path

@@ -1,0 +1,83 @@
+"""The provision report's core: the printed table and the JSON file on the controller."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from trainops.provision_report import provision_table, write_provision_report
+
+ROWS = [
+    {
+        "node": "node1",
+        "address": "10.0.0.1",
+        "container": "train",
+        "status": "running",
+        "image": "registry.mthreads.com/mcconline/training-suite:v2.1.7",
+        "sshd_port": 2222,
+        "cards": 8,
+        "card_names": ["MTT S5000"],
+        "busbw_node_gbps": 187.25,
+        "busbw_cluster_gbps": 41.0,
+        "data": {"data.bin": 10, "data.idx": 2},
+    },
+    {
+        "node": "node2",
+        "address": "10.0.0.2",
+        "container": "train",
+        "status": "exited",
+        "image": "x",
+        "sshd_port": 2222,
+        "cards": 8,
+        "card_names": [],
+        "busbw_node_gbps": None,
+        "busbw_cluster_gbps": None,
+        "data": {"data.bin": None},
+    },
+]
+
+
+def test_the_table_has_a_header_and_one_line_per_node():
+    lines = provision_table(ROWS).splitlines()
+    assert lines[0].split() == [
+        "node",
+        "address",
+        "container",
+        "image",
+        "sshd",
+        "cards",
+        "card",
+        "node",
+        "GB/s",
+        "all",
+        "GB/s",
+        "data",
+    ]
+    first, second = lines[1].split(), lines[2]
+    assert first[:3] == ["node1", "10.0.0.1", "train"]
+    # images are cut to their column; bandwidth in 4 significant digits; the data verdict last
+    assert "registry.mthreads.com/mcconline/training-sui  2222" in lines[1]
+    assert first[-3:] == ["187.2", "41", "ok"]
+    assert "train (exited)" in second and second.endswith("MISSING")
+    assert provision_table([{"node": "n", "data": {}}]).splitlines()[1].endswith("not checked")
+
+
+def test_the_report_is_written_whole_into_a_new_directory(tmp_path):
+    directory = tmp_path / "runs" / "deeper"
+    path = write_provision_report(str(directory), "20261130-101500", ROWS)
+    assert path == str(directory / "provision-20261130-101500.json")
+    assert json.loads((directory / "provision-20261130-101500.json").read_text()) == {
+        "timestamp": "20261130-101500",
+        "nodes": ROWS,
+    }
+    assert oct(os.stat(path).st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in directory.iterdir()) == ["provision-20261130-101500.json"]
+
+
+def test_a_failed_write_leaves_no_temporary_and_keeps_the_old_report(tmp_path):
+    old = write_provision_report(str(tmp_path), "t", ROWS)
+    with pytest.raises(TypeError):
+        write_provision_report(str(tmp_path), "t", [{"node": object()}])
+    assert json.loads(open(old).read())["nodes"] == ROWS
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["provision-t.json"]
