@@ -1,21 +1,23 @@
 """Wall time of provision.yml on the testbed: cold and warm, 2 and 4 nodes, and what pipelining and
 ControlPersist each save.
 
-    sudo .venv/bin/python benchmarks/provision_walltime.py [--sizes 2 4]
+    .venv/bin/python benchmarks/provision_walltime.py [--sizes 2 4] [--repeat 3]     # as root
 
 For each size: the testbed is rebuilt from scratch (testbed/down.yml, testbed/up.yml: fresh node engines, so
-the first provision.yml loads the image into every node: "cold"), then provision.yml runs again ("warm"), then
-warm again with the collective checks forced (-e recheck=true: by default a passing result recorded in the
-container is reused for an hour), with SSH pipelining off, and with ControlPersist off. Image building is timed
-separately (it is cached by recipe hash; `testbed/build-images.sh --force` rebuilds). Timings are noisy on a
-2-core machine: compare the ratios within one run. Beside each cold and warm time it prints the busy CPU seconds
-of the whole machine (every node shares its cores): wall time can not fall below CPU seconds / cores.
+the first provision.yml loads the image into every node: "cold"), then provision.yml runs again ("warm", the
+median of --repeat runs, each after the machine has settled), then warm again with the collective checks forced
+(-e recheck=true: by default a passing result recorded in the container is reused for an hour), with SSH
+pipelining off, and with ControlPersist off. Image building is timed separately (it is cached by recipe hash;
+`testbed/build-images.sh --force` rebuilds). Timings are noisy on a 2-core machine: compare the ratios within
+one run. Beside each cold and warm time it prints the busy CPU seconds of the whole machine (every node shares
+its cores): wall time can not fall below CPU seconds / cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -49,9 +51,31 @@ def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> float:
     return elapsed
 
 
+def settle(limit_s: float = 90.0) -> None:
+    """Flush the page cache and wait until the machine is quiet (under 15 % busy for a second): a cold run leaves
+    gigabytes of image layers to write back, which would otherwise be charged to the next measurement."""
+    os.sync()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        before = busy_cpu_seconds()
+        time.sleep(1.0)
+        if (busy_cpu_seconds() - before) / (os.cpu_count() or 1) < 0.15:
+            return
+
+
+def median_of(repeat: int, cmd: list[str], extra_env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Median wall time and busy CPU seconds of `repeat` runs, each after the machine settled."""
+    runs = []
+    for _ in range(repeat):
+        settle()
+        runs.append((timed(cmd, extra_env), CPU["last"]))
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--repeat", type=int, default=3, help="warm runs of each kind (the median is reported)")
     opts = parser.parse_args()
     playbook = [str(BIN / "ansible-playbook"), "-i", "inventory/testbed", "provision.yml"]
     print(f"image build (cached): {timed(['testbed/build-images.sh']):.1f} s")
@@ -59,13 +83,13 @@ def main() -> None:
     for size in opts.sizes:
         timed([str(BIN / "ansible-playbook"), "testbed/down.yml"])
         up = timed([str(BIN / "ansible-playbook"), "testbed/up.yml", "-e", f"testbed_nodes={size}"])
+        settle()
         cold = timed(playbook)
         cold_cpu = CPU["last"]
-        warm = timed(playbook)
-        warm_cpu = CPU["last"]
-        recheck = timed(playbook + ["-e", "recheck=true"])
-        no_pipelining = timed(playbook, {"ANSIBLE_PIPELINING": "False"})
-        no_persist = timed(playbook, {"ANSIBLE_SSH_ARGS": "-o ControlMaster=no"})
+        warm, warm_cpu = median_of(opts.repeat, playbook)
+        recheck, _ = median_of(opts.repeat, playbook + ["-e", "recheck=true"])
+        no_pipelining, _ = median_of(opts.repeat, playbook, {"ANSIBLE_PIPELINING": "False"})
+        no_persist, _ = median_of(opts.repeat, playbook, {"ANSIBLE_SSH_ARGS": "-o ControlMaster=no"})
         rows.append((size, up, cold, warm, recheck, no_pipelining, no_persist, cold_cpu, warm_cpu))
         print(
             f"{size} nodes: up {up:.1f} s, cold {cold:.1f} s ({cold_cpu:.0f} CPU s), warm {warm:.1f} s "

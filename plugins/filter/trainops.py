@@ -1,7 +1,8 @@
-"""Jinja filters over the core: inventory, cluster, tool-output parsers, shell rendering, reports."""
+"""Jinja filters over the core: inventory, cluster, tool-output parsers, shell rendering."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import sys
@@ -13,15 +14,13 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from trainops.cluster import cluster_from_hosts  # noqa: E402
-from trainops.collective import CollectiveParseError  # noqa: E402
-from trainops.collective import parse_allreduce_perf as _parse_allreduce_perf  # noqa: E402
-from trainops.errors import PlanError  # noqa: E402
-from trainops.gmi import GmiParseError  # noqa: E402
-from trainops.gmi import parse_mthreads_gmi as _parse_mthreads_gmi  # noqa: E402
-from trainops.gmi import parse_nvidia_smi_csv as _parse_nvidia_smi_csv  # noqa: E402
-from trainops.plan import with_resume  # noqa: E402
-from trainops.provision_report import provision_table  # noqa: E402
+
+
+def _core(name: str) -> Any:
+    """A core module, imported when a filter first needs it: Ansible loads this file in every worker process
+    that resolves any filter, so importing the whole core here would cost every task of every play."""
+    return importlib.import_module(f"trainops.{name}")
+
 
 #: Inventory variables the planner reads from each node.
 NODE_KEYS = ("ansible_host", "slots", "accelerator", "master", "node_addr", "accelerator_card")
@@ -42,18 +41,20 @@ def inventory_nodes(hostnames: Sequence[str], hostvars: Mapping[str, Any]) -> li
 
 def inventory_problems(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     """Every problem of the node list (empty when it is valid)."""
+    cluster_module = _core("cluster")
     try:
-        cluster_from_hosts(nodes)
-    except PlanError as exc:
+        cluster_module.cluster_from_hosts(nodes)
+    except _core("errors").PlanError as exc:
         return exc.problems
     return []
 
 
 def cluster(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The cluster in rank order: ``{"master": name, "master_addr", "nodes": [{name, addr, slots, node_rank}]}``."""
+    cluster_module = _core("cluster")
     try:
-        built = cluster_from_hosts(nodes)
-    except PlanError as exc:
+        built = cluster_module.cluster_from_hosts(nodes)
+    except _core("errors").PlanError as exc:
         raise AnsibleFilterError(f"invalid inventory: {exc}") from None
     return {
         "master": built.master.name,
@@ -80,7 +81,7 @@ def plan_with_resume(plan: Mapping[str, Any], tracker: str | None, moved_to: str
     if text and not (text.isascii() and text.isdigit()) and text != "release":
         raise AnsibleFilterError(f"latest_checkpointed_iteration.txt holds {text!r}, not an iteration")
     iteration = int(text) if text and text != "release" else (0 if text == "release" else None)
-    return with_resume(plan, iteration, moved_to or None)
+    return _core("plan").with_resume(plan, iteration, moved_to or None)
 
 
 def _filter_error(name: str, parse: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,21 +90,24 @@ def _filter_error(name: str, parse: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any) -> Any:
         try:
             return parse(*args)
-        except (GmiParseError, CollectiveParseError) as exc:
+        except (_core("gmi").GmiParseError, _core("collective").CollectiveParseError) as exc:
             raise AnsibleFilterError(f"{name}: {exc}") from None
 
-    wrapped.__doc__ = parse.__doc__
     return wrapped
 
 
 #: Cards (index, name, bus_id, memory_total_mib, memory_used_mib, utilization_pct, processes).
-parse_mthreads_gmi = _filter_error("parse_mthreads_gmi", lambda text: _parse_mthreads_gmi(text)["cards"])
+parse_mthreads_gmi = _filter_error("parse_mthreads_gmi", lambda text: _core("gmi").parse_mthreads_gmi(text)["cards"])
 #: Cards plus the tool and driver versions.
-parse_mthreads_gmi_full = _filter_error("parse_mthreads_gmi", _parse_mthreads_gmi)
+parse_mthreads_gmi_full = _filter_error("parse_mthreads_gmi", lambda text: _core("gmi").parse_mthreads_gmi(text))
 #: Cards from nvidia-smi's CSV queries, in the same shape as parse_mthreads_gmi.
-parse_nvidia_smi = _filter_error("parse_nvidia_smi", lambda gpus, apps="": _parse_nvidia_smi_csv(gpus, apps)["cards"])
+parse_nvidia_smi = _filter_error(
+    "parse_nvidia_smi", lambda gpus, apps="": _core("gmi").parse_nvidia_smi_csv(gpus, apps)["cards"]
+)
 #: rows, avg_busbw_gbps, largest_busbw_gbps, wrong, out_of_bounds of an all_reduce_perf run.
-parse_allreduce_perf = _filter_error("parse_allreduce_perf", _parse_allreduce_perf)
+parse_allreduce_perf = _filter_error(
+    "parse_allreduce_perf", lambda text: _core("collective").parse_allreduce_perf(text)
+)
 
 
 class FilterModule:
@@ -116,7 +120,6 @@ class FilterModule:
             "trainops_cluster": cluster,
             "trainops_shell_arg_lines": shell_arg_lines,
             "trainops_plan_with_resume": plan_with_resume,
-            "trainops_provision_table": provision_table,
             "parse_mthreads_gmi": parse_mthreads_gmi,
             "parse_mthreads_gmi_full": parse_mthreads_gmi_full,
             "parse_nvidia_smi": parse_nvidia_smi,
