@@ -140,6 +140,24 @@ def test_a_taken_sshd_port_is_named(converged):
     assert restored.returncode == 0, restored.stdout[-4000:]
 
 
+def test_a_taken_rendezvous_port_on_the_master_is_named_and_nothing_changes(converged):
+    """With host networking the master's rendezvous port is the node's: a process holding it (a job still
+    running, say) is named before train.yml would collide with it."""
+    listener = in_node(
+        "node1",
+        "setsid nohup python3 -c \"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',14391));"
+        ' s.listen(); time.sleep(300)" >/dev/null 2>&1 & echo $!',
+    ).stdout.strip()
+    try:
+        result = playbook("provision.yml", "-e", "master_port=14391")
+        assert result.returncode != 0
+        assert "master node1: the rendezvous port 14391 is taken (port 14391 is in use" in result.stdout
+        assert "stop.yml" in result.stdout
+        assert all(c["changed"] == 0 for c in recap(result.stdout).values())
+    finally:
+        in_node("node1", f"kill {listener}", check=False)
+
+
 def test_a_different_container_is_left_alone_unless_recreate(converged):
     result = playbook("provision.yml", "-e", '{"container_volumes": ["/data:/data", "/tmp:/host-tmp"]}')
     assert result.returncode != 0

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,10 @@ def test_a_pid_file_naming_another_program_with_the_config_in_its_command_line_i
     try:
         pid_file = tmp_path / "sshd.pid"
         pid_file.write_text(f"{decoy.pid}\n")
-        assert f" -f {CONFIG} " in Path(f"/proc/{decoy.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        deadline = time.monotonic() + 10  # until the child has exec'd (its cmdline is ours before)
+        while f" -f {CONFIG} " not in Path(f"/proc/{decoy.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+            assert time.monotonic() < deadline, "the decoy did not start"
+            time.sleep(0.05)
         assert container_ssh.sshd_pid(str(pid_file), CONFIG) is None
     finally:
         decoy.kill()
