@@ -5,6 +5,7 @@ Marked `testbed`: `make test` (and CI) run them; `make test-fast` does not.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import time
@@ -123,19 +124,26 @@ def test_a_wrong_image_is_named_and_the_other_node_untouched(converged, tmp_path
     assert in_node("node1", "docker inspect -f '{{.Id}}' train").stdout == before
 
 
-def test_a_taken_sshd_port_is_named(converged):
+@contextlib.contextmanager
+def _port_held(node: str, port: int):
+    """A process on the node (host network: the containers' too) that holds `port` while the block runs."""
     listener = in_node(
-        "node2",
-        "setsid nohup python3 -c \"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',2299));"
+        node,
+        f"setsid nohup python3 -c \"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',{port}));"
         ' s.listen(); time.sleep(300)" >/dev/null 2>&1 & echo $!',
     ).stdout.strip()
     try:
+        yield
+    finally:
+        in_node(node, f"kill {listener}", check=False)
+
+
+def test_a_taken_sshd_port_is_named(converged):
+    with _port_held("node2", 2299):
         result = playbook("provision.yml", "-e", "container_ssh_port=2299")
         assert result.returncode != 0
         assert "node2: the sshd of container 'train' cannot listen on port 2299" in result.stdout
         assert "Address already in use" in result.stdout
-    finally:
-        in_node("node2", f"kill {listener}", check=False)
     restored = playbook("provision.yml")
     assert restored.returncode == 0, restored.stdout[-4000:]
 
@@ -143,19 +151,12 @@ def test_a_taken_sshd_port_is_named(converged):
 def test_a_taken_rendezvous_port_on_the_master_is_named_and_nothing_changes(converged):
     """With host networking the master's rendezvous port is the node's: a process holding it (a job still
     running, say) is named before train.yml would collide with it."""
-    listener = in_node(
-        "node1",
-        "setsid nohup python3 -c \"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',14391));"
-        ' s.listen(); time.sleep(300)" >/dev/null 2>&1 & echo $!',
-    ).stdout.strip()
-    try:
+    with _port_held("node1", 14391):
         result = playbook("provision.yml", "-e", "master_port=14391")
         assert result.returncode != 0
         assert "master node1: the rendezvous port 14391 is taken (port 14391 is in use" in result.stdout
         assert "stop.yml" in result.stdout
         assert all(c["changed"] == 0 for c in recap(result.stdout).values())
-    finally:
-        in_node("node1", f"kill {listener}", check=False)
 
 
 def test_a_different_container_is_left_alone_unless_recreate(converged):
