@@ -15,7 +15,15 @@ cluster as a one-minute check before a long run. It
    (a CPU has no allocator statistics to report);
 5. saves a checkpoint (``--save``, Megatron's ``iter_NNNNNNN/`` and ``latest_checkpointed_iteration.txt``)
    every ``--save-interval`` iterations and at the end, and resumes from the latest one in ``--load``, so
-   that train.yml's auto-resume runs end to end.
+   that train.yml's auto-resume runs end to end;
+6. measures each rank's own compute time per iteration (forward and backward of every micro-batch, without
+   the gradient all-reduce, which is done apart and after it), gathers them, and prints from rank 0 Megatron's
+   straggler report (``--log-straggler``'s ``MnRtt/Rnk`` line and, with three ranks or more, its ``^^^^
+   Bottom/Top`` lines listing every rank's estimated throughput), so that a slow rank is named as in Megatron.
+
+Fault drill: a file ``<run dir>/drill/hang-rank-<R>`` makes global rank R stop making progress at the start
+of the next iteration (it sleeps outside any collective, as a rank stuck in its own code would), while the other
+ranks wait for it in the iteration's barrier. It exists to rehearse hang detection (``docs/train.md``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import argparse
 import datetime
 import math
 import os
+import sys
 import time
 
 import torch
@@ -50,6 +59,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--save", default="", help="checkpoint directory (Megatron's layout: iter_NNNNNNN/)")
     parser.add_argument("--load", default="", help="resume from the latest checkpoint here, when there is one")
     parser.add_argument("--save-interval", type=int, default=0, help="0: only at the end")
+    parser.add_argument(
+        "--distributed-timeout-minutes", type=float, default=10, help="collective timeout (Megatron's default)"
+    )
     return parser.parse_args()
 
 
@@ -156,11 +168,42 @@ def save_checkpoint(directory: str, iteration: int, consumed: int, model, optimi
     print(f"  successfully saved checkpoint from iteration {iteration:7d} to {directory}", flush=True)
 
 
+def hold_for_drill(path: str, rank: int, iteration: int) -> None:
+    """The fault drill: this rank stops making progress, outside any collective, until it is killed."""
+    print(f"[smoke] drill: rank {rank} holds before iteration {iteration} ({path} exists)", file=sys.stderr, flush=True)
+    while True:
+        time.sleep(60)
+
+
+def straggler_report(times_ms: list[float], flops_per_rank: float) -> list[str]:
+    """Megatron's straggler report lines (StragglerDetector.report) from every rank's compute time."""
+    world = len(times_ms)
+    etpt = [(flops_per_rank / (ms / 1000) / 1e12 if ms > 0 else 0.0, rank) for rank, ms in enumerate(times_ms)]
+    fastest = min(range(world), key=lambda r: times_ms[r])
+    slowest = max(range(world), key=lambda r: times_ms[r])
+    ranked = sorted(etpt)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    lines = [
+        f"[{stamp}] | MnRtt/Rnk: {times_ms[fastest]:.2f}ms/{fastest} | MxRtt/Rnk: {times_ms[slowest]:.2f}ms/{slowest}"
+        f" | MnEtpt/Rnk: {ranked[0][0]:.6g}TF/{ranked[0][1]} | MxEtpt/Rnk: {ranked[-1][0]:.6g}TF/{ranked[-1][1]}"
+    ]
+    count = world - 1  # as --straggler-minmax-count world-1: the two lines list every rank
+    if 1 < count < world:
+        lines.append(
+            f"^^^^ Bottom {count} Ranks with lowest  Etpt(TF):" + "".join(f" {v:.6g}/{r}," for v, r in ranked[:count])
+        )
+        lines.append(
+            f"^^^^ Top    {count} Ranks with highest Etpt(TF):" + "".join(f" {v:.6g}/{r}," for v, r in ranked[-count:])
+        )
+    return lines
+
+
 def main() -> None:
     args = parse_args()
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = pick_device(backend)
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=300))
+    timeout = datetime.timedelta(minutes=args.distributed_timeout_minutes)
+    dist.init_process_group(backend, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     last = rank == world - 1
     torch.manual_seed(args.seed)
@@ -196,22 +239,36 @@ def main() -> None:
                 flush=True,
             )
 
+    drill = os.path.join(os.environ.get("MTT_TRAIN_OPS_RUN", os.getcwd()), "drill", f"hang-rank-{rank}")
+    flops_per_rank = 6 * parameters * accumulation * args.micro_batch_size * args.seq_length
     for iteration in range(start_iteration, args.train_iters + 1):
+        if os.path.exists(drill):
+            hold_for_drill(drill, rank, iteration)
         dist.barrier()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros(1, device=device)
-        for micro in range(accumulation):
-            rows = []
-            for row in range(args.micro_batch_size):
-                sample = (consumed + (rank * accumulation + micro) * args.micro_batch_size + row) * span
-                offset = sample % (tokens.numel() - span)
-                rows.append(tokens[offset : offset + span])
-            batch = torch.stack(rows)
-            logits = model(batch[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab_size), batch[:, 1:].reshape(-1))
-            (loss / accumulation).backward()
-            loss_sum += loss.detach() / accumulation
+        with model.no_sync():  # this rank's own compute: the gradient all-reduce follows, timed apart
+            for micro in range(accumulation):
+                rows = []
+                for row in range(args.micro_batch_size):
+                    sample = (consumed + (rank * accumulation + micro) * args.micro_batch_size + row) * span
+                    offset = sample % (tokens.numel() - span)
+                    rows.append(tokens[offset : offset + span])
+                batch = torch.stack(rows)
+                logits = model(batch[:, :-1])
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab_size), batch[:, 1:].reshape(-1))
+                (loss / accumulation).backward()
+                loss_sum += loss.detach() / accumulation
+        if card:
+            getattr(torch, device.type).synchronize()
+        compute_ms = (time.perf_counter() - start) * 1000
+        grads = [p.grad for p in model.parameters()]
+        flat = torch._utils._flatten_dense_tensors(grads)
+        dist.all_reduce(flat)
+        flat.div_(world)
+        for grad, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
+            grad.copy_(synced)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         finite = bool(torch.isfinite(grad_norm))
         if finite:  # like Megatron: a step with a non-finite gradient is skipped and counted
@@ -221,6 +278,11 @@ def main() -> None:
             getattr(torch, device.type).synchronize()
         elapsed = torch.tensor([time.perf_counter() - start], device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        computes = [torch.zeros(1, device=device) for _ in range(world)]
+        dist.all_gather(computes, torch.tensor([compute_ms], device=device))
+        if rank == 0:
+            for line in straggler_report([float(t) for t in computes], flops_per_rank):
+                print(line, flush=True)
         consumed += gbs
         seconds = float(elapsed)
         tflops = 6 * parameters * gbs * args.seq_length / seconds / world / 1e12

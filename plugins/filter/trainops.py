@@ -84,6 +84,14 @@ def plan_with_resume(plan: Mapping[str, Any], tracker: str | None, moved_to: str
     return _core("plan").with_resume(plan, iteration, moved_to or None)
 
 
+def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The watcher's options checked and converted (trainops.watch.watch_options); a bad one is refused."""
+    try:
+        return _core("watch").watch_options(raw)
+    except _core("errors").PlanError as exc:
+        raise AnsibleFilterError("; ".join(exc.problems)) from None
+
+
 def _filter_error(name: str, parse: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a core parser so that its own error becomes an Ansible filter error naming the filter."""
 
@@ -120,6 +128,7 @@ class FilterModule:
             "trainops_cluster": cluster,
             "trainops_shell_arg_lines": shell_arg_lines,
             "trainops_plan_with_resume": plan_with_resume,
+            "trainops_watch_options": watch_options,
             "parse_mthreads_gmi": parse_mthreads_gmi,
             "parse_mthreads_gmi_full": parse_mthreads_gmi_full,
             "parse_nvidia_smi": parse_nvidia_smi,

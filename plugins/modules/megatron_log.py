@@ -159,6 +159,13 @@ events:
   returned: always
   type: list
   elements: dict
+stragglers:
+  description: Megatron's straggler reports (C(--log-straggler), printed by rank 0), in order, each with
+    C(time), C(fields) (by metric such as C(Rtt) or C(Etpt), C(min) and C(max) as C([value, unit, rank])),
+    C(etpt) (every rank the C(^^^^ Bottom/Top) lines list, rank to Etpt) and C(file).
+  returned: always
+  type: list
+  elements: dict
 files:
   description: Every file read, with C(path), C(node), C(attempt), C(local_rank), C(stream), C(rank) (given or
     learned from its content), C(lines), C(iterations), C(memory), C(failures), C(first_iteration),

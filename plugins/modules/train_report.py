@@ -27,8 +27,14 @@ options:
     type: dict
     required: true
   incident:
-    description: What the watcher saw, when it ended the run (C(state), C(node), C(reason)).
+    description: What the watcher saw, when it ended the run (C(state), C(node), C(reason)), and its hang
+      diagnosis (C(hang)) when it made one. Without it, C(<run_dir>/hang/diagnosis.json) gives the diagnosis.
     type: dict
+  straggler_ratio:
+    description: A rank whose compute time over the run is at least this many times the median of the other
+      ranks' is a straggler (from the straggler report rank 0 prints).
+    type: float
+    default: 1.2
 notes:
   - Run it on the controller. It writes only inside O(run_dir).
 """
@@ -74,6 +80,7 @@ def main() -> None:
             "run_dir": {"type": "path", "required": True},
             "plan": {"type": "dict", "required": True},
             "incident": {"type": "dict"},
+            "straggler_ratio": {"type": "float", "default": 1.2},
         },
         supports_check_mode=False,
     )
@@ -81,7 +88,7 @@ def main() -> None:
     if not os.path.isdir(p["run_dir"]):
         module.fail_json(msg=f"{p['run_dir']}: no such run directory on the controller")
     try:
-        summary = write_report(p["run_dir"], p["plan"], p["incident"])
+        summary = write_report(p["run_dir"], p["plan"], p["incident"], p["straggler_ratio"])
     except (LogPathError, OSError) as exc:
         module.fail_json(msg=f"cannot write the report of {p['run_dir']}: {exc}")
     module.exit_json(

@@ -45,6 +45,7 @@ def runbook_plan(tmp_path_factory) -> Path:
 def test_plan_writes_everything(runbook_plan):
     names = sorted(p.name for p in runbook_plan.iterdir())
     assert names == [
+        "diagnose.sh",
         "fanout.sh",
         "hostfile",
         "launch-node1.sh",

@@ -97,9 +97,10 @@ def test_smoke_args_carry_the_plan():
         "--save": "/data/mtt-train-ops/checkpoints/smoke test",
         "--load": "/data/mtt-train-ops/checkpoints/smoke test",
         "--save-interval": "5",
+        "--distributed-timeout-minutes": "10",
     }
     # Every flag is one that jobs/smoke_train.py's parser defines.
-    defined = set(re.findall(r'add_argument\("(--[a-z-]+)"', (ROOT / "jobs" / "smoke_train.py").read_text()))
+    defined = set(re.findall(r'add_argument\(\s*"(--[a-z-]+)"', (ROOT / "jobs" / "smoke_train.py").read_text()))
     assert set(pairs) <= defined
 
 

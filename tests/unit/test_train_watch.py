@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 from pathlib import Path
 
@@ -39,10 +40,14 @@ def plan():
 
 def test_parse_probe_states_header_and_log():
     size = len(LOG.encode())
+    rank0 = "saving checkpoint at iteration 5 to /ckpt in torch format\n\u00e9\n"
+    encoded = base64.b64encode(rank0.encode()).decode()
     text = (
         "node\tnode1\trunning\t3415\n"
         "node\tnode2\tunreachable\tssh: connect to host 172.30.0.12 port 2222: Connection timed out\n"
-        f"log\t/data/runs/watch/r1/logs/node2/r1_abc/attempt_0/1/stdout.log\t{size + 100}\t{size}\n" + LOG
+        f"rank0-stdout\t/r/logs/node1/x/attempt_0/0/stdout.log\t900\t{len(rank0.encode())}\t3\t{encoded}\n"
+        "rank0-stderr\t-\t0\t0\t-\t\n"
+        f"log\t/data/runs/watch/r1/logs/node2/r1_abc/attempt_0/1/stdout.log\t{size + 100}\t{size}\t7\n" + LOG
     )
     nodes, header, log = parse_probe(text)
     assert nodes == {
@@ -53,6 +58,16 @@ def test_parse_probe_states_header_and_log():
         "path": "/data/runs/watch/r1/logs/node2/r1_abc/attempt_0/1/stdout.log",
         "size": size + 100,
         "bytes": size,
+        "age_s": 7,
+        "rank0": {
+            "stdout": {
+                "path": "/r/logs/node1/x/attempt_0/0/stdout.log",
+                "size": 900,
+                "bytes": len(rank0.encode()),
+                "text": rank0,
+            },
+            "stderr": {"path": "-", "size": 0, "bytes": 0, "text": ""},
+        },
     }
     assert log == LOG
     assert [r["iteration"] for r in parse_lines(log.splitlines()).iterations] == [1]
@@ -64,9 +79,9 @@ def test_parse_probe_without_log_or_output():
         None,
         "",
     )
-    assert parse_probe("node\tnode1\texited\t0\nlog\t-\t0\t0\n") == (
+    assert parse_probe("node\tnode1\texited\t0\nlog\t-\t0\t0\t-\n") == (
         {"node1": ("exited", "0")},
-        {"path": "-", "size": 0, "bytes": 0},
+        {"path": "-", "size": 0, "bytes": 0, "age_s": None, "rank0": {}},
         "",
     )
     assert parse_probe("") == ({}, None, "")

@@ -33,6 +33,12 @@ class TrainingConfig:
     eval_interval: int = 1000
     eval_iters: int = 10
     split: str = "1"
+    #: Megatron's --distributed-timeout-minutes (its default, 10): how long a collective may wait before the
+    #: process group gives up. The bundle's hang detection (hang_timeout) usually acts well before it.
+    distributed_timeout_minutes: int = 10
+    #: Megatron's --log-straggler (rank 0 prints every rank's compute time and throughput at each log interval);
+    #: the layout role sets it from the backend profile (``megatron_log_straggler``) unless -e log_straggler.
+    log_straggler: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,10 @@ class RunPaths:
     tokenizer_type: str
     checkpoint_dir: str
     tensorboard_dir: str
+
+
+#: The most ranks the straggler report lists at each end (a 1,024-rank run lists its 64 slowest and fastest).
+STRAGGLER_LISTED_MAX = 64
 
 
 def _num(value: float) -> str:
@@ -198,7 +208,14 @@ def build_megatron_args(
         paths.checkpoint_dir,
         "--save-interval",
         str(t.save_interval),
+        "--distributed-timeout-minutes",
+        str(t.distributed_timeout_minutes),
     ]
+    if t.log_straggler:
+        args.append("--log-straggler")
+        # Between 1 and the world size, the report lists the N slowest and N fastest ranks: world - 1 lists all.
+        if layout.world_size >= 3:
+            args += ["--straggler-minmax-count", str(min(layout.world_size - 1, STRAGGLER_LISTED_MAX))]
     return args
 
 
@@ -219,4 +236,9 @@ def check_training(training: TrainingConfig, train_iters: int) -> list[str]:
         )
     if training.min_lr > training.lr:
         problems.append(f"min_lr={training.min_lr} is above lr={training.lr}")
+    if not isinstance(training.distributed_timeout_minutes, int) or training.distributed_timeout_minutes < 1:
+        problems.append(
+            f"distributed_timeout_minutes must be a whole number of minutes >= 1, got "
+            f"{training.distributed_timeout_minutes!r}"
+        )
     return problems

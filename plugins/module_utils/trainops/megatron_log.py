@@ -20,6 +20,8 @@ Lines recognised (every variant of ``shared/reference/megatron.md``, "Log lines"
 * ``Theoretical memory footprints: weight and optimizer=X MB[, activation=Y MB, total=Z MB]``;
 * ``Number of parameters in ... in billions: X`` and ``Total number of parameters in billions: X``;
 * ``[after training is done] datetime: ...`` and the other ``[label] datetime: ...`` markers;
+* the **straggler report** of ``--log-straggler`` (``| MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: ...`` and its
+  ``^^^^ Bottom/Top N Ranks with ... Etpt(TF):`` lines), parsed by :mod:`.straggler` into ``stragglers``;
 * **failures**: Python tracebacks (the frames and the final exception line, chained tracebacks kept together),
   ``torch.distributed.elastic`` ``ChildFailedError`` summaries (the root cause's rank, local rank, host,
   exit code, error file and traceback, and the other failures), out-of-memory errors (CUDA, MUSA, ...), NaN
@@ -55,6 +57,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import IO, Any
+
+from .straggler import parse_ranked_line, parse_report_line
 
 __all__ = [
     "DEFAULT_WARMUP_ITERATIONS",
@@ -536,6 +540,7 @@ class MegatronLog:
     theoretical_memory: list[dict[str, Any]] = field(default_factory=list)
     parameters: dict[str, float] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
     rejected: dict[str, Any] = field(default_factory=dict)
@@ -552,6 +557,7 @@ class MegatronLog:
             "theoretical_memory": list(self.theoretical_memory),
             "parameters": dict(self.parameters),
             "events": list(self.events),
+            "stragglers": list(self.stragglers),
             "files": list(self.files),
             "attempts": list(self.attempts),
             "rejected": dict(self.rejected),
@@ -577,6 +583,7 @@ class MegatronLogParser:
         self.theoretical_memory: list[dict[str, Any]] = []
         self.parameters: dict[str, float] = {}
         self.events: list[dict[str, Any]] = []
+        self.stragglers: list[dict[str, Any]] = []
         self.rejected: dict[str, Any] = {}
         self.stats = _Stats()
         self._int_cache: dict[str, int] = {}
@@ -740,6 +747,13 @@ class MegatronLogParser:
             label = match.group(2) or ""
             name = "total" + (f" {label}" if label else "") if match.group(1).startswith("Total") else label
             self.parameters[name or "model"] = float(match.group(3))
+            return
+        if "/Rnk:" in line and (report := parse_report_line(line)) is not None:
+            report["file"] = self._source
+            self.stragglers.append(report)
+            return
+        if "^^^^" in line and self.stragglers and (ranked := parse_ranked_line(line)) is not None:
+            self.stragglers[-1]["etpt"].update(ranked)
             return
         if "datetime:" in line and (match := _EVENT.search(line)):
             self.events.append({"label": match.group(1).strip(), "datetime": match.group(2), "file": self._source})
@@ -1096,6 +1110,7 @@ class MegatronLogParser:
             theoretical_memory=self.theoretical_memory,
             parameters=self.parameters,
             events=self.events,
+            stragglers=self.stragglers,
             rejected=self.rejected,
             counts={
                 "lines": self.lines,

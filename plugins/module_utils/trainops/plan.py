@@ -359,6 +359,8 @@ def smoke_args(lay: Layout, train_iters: int, paths: RunPaths, training: Trainin
         paths.checkpoint_dir,
         "--save-interval",
         str(training.save_interval),
+        "--distributed-timeout-minutes",
+        str(training.distributed_timeout_minutes),
     ]
 
 

@@ -8,8 +8,11 @@ that node's torchrun logs) is
 * ``summary.json``: the last iteration, step time (median, p90) without warm-up, tokens/s per card, TFLOP/s per
   card in two conventions (Megatron's printed figure, and the plan's model FLOPs with causal attention), MFU
   against the card's stated dense BF16 peak, the largest reserved memory per rank, first and last loss, NaN and
-  skipped counts, and the failure with its node and rank;
-* ``loss.png`` and ``throughput.png`` (matplotlib, when installed).
+  skipped counts, the failure with its node and rank, the stragglers (``stragglers``: ranks whose compute
+  time over the run is at least ``straggler_ratio`` times the median of the others', from rank 0's straggler
+  report) and, when the watcher suspected a hang, its diagnosis (``hang``);
+* ``loss.png`` and ``throughput.png`` (tokens/s per card; below it each rank's compute time relative to the
+  median rank, stragglers marked, when the run printed straggler reports), with matplotlib when installed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import straggler
 from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path, summarize
 
 #: Iterations left out of step-time statistics at the start of a run (compilation, allocator warm-up).
@@ -157,11 +161,12 @@ def build_report(
     root: str,
     incident: Mapping[str, Any] | None = None,
     missing: Sequence[str] = (),
+    straggler_ratio: float = straggler.DEFAULT_RATIO,
 ) -> dict[str, Any]:
     """The summary of a parsed run, in the plan's terms.
 
-    ``incident`` is what the watcher saw (a node lost, a torchrun that exited); ``missing`` the nodes whose logs
-    could not be collected.
+    ``incident`` is what the watcher saw (a node lost, a torchrun that exited, a hang and its diagnosis under
+    ``hang``); ``missing`` the nodes whose logs could not be collected.
     """
     summary = dict(log.summary)
     peak = card_peak_tflops(plan)
@@ -187,11 +192,20 @@ def build_report(
         megatron["peak_tflops"] = peak
     placed = [f for f in (_with_ranks(f, plan, root) for f in log.failures) if f]
     summary["failure"] = _with_ranks(root_cause(placed), plan, root) if placed else None
+    summary["stragglers"] = straggler.assess(
+        log.stragglers, plan["world_size"], straggler_ratio, straggler.node_ranks(plan)
+    )
+    summary["straggler_ratio"] = straggler_ratio
+    summary["straggler_reports"] = len(log.stragglers)
+    summary["hang"] = (incident or {}).get("hang")
     if incident and incident.get("state") == "failed":
         summary["incident"] = dict(incident)
         summary["state"] = "failed"
         lost = incident.get("node") if incident.get("kind") == "lost" else None
-        if lost:
+        if incident.get("kind") == "hang":
+            # The watcher stopped a hung run: the ranks' own errors are the teardown's; the culprit explains it.
+            summary["failure"] = _hang_failure(incident, plan)
+        elif lost:
             # The watcher lost that node: its own errors explain the run, not those of the ranks elsewhere
             # that lost their peers (closed connections, timeouts).
             here = [f for f in placed if f.get("node") == lost]
@@ -231,6 +245,22 @@ def build_report(
     summary["job"] = plan.get("job")
     summary["world_size"] = plan["world_size"]
     return summary
+
+
+def _hang_failure(incident: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
+    finding = incident.get("hang") or {}
+    culprit = (finding.get("culprits") or [{}])[0]
+    node = culprit.get("node") or incident.get("node")
+    return {
+        "kind": "hang",
+        "node": node,
+        "rank": culprit.get("rank"),
+        "local_rank": culprit.get("local_rank"),
+        "ranks": culprit.get("ranks")
+        or ([culprit["rank"]] if culprit.get("rank") is not None else ranks_of(plan, node)),
+        "error": f"hung: {culprit['reason']}" if culprit.get("reason") else None,
+        "message": incident.get("reason"),
+    }
 
 
 def summary_table(summary: Mapping[str, Any]) -> list[str]:
@@ -274,14 +304,52 @@ def summary_table(summary: Mapping[str, Any]) -> list[str]:
         f"anomalies    {summary.get('nan_iterations', 0)} NaN iteration(s), "
         f"{summary.get('skipped_iterations', 0)} skipped iteration(s)"
     )
+    slow = summary.get("stragglers") or []
+    if slow:
+        for item in slow:
+            lines.append(
+                f"straggler    {item['node']} rank {item['rank']} (local rank {item['local_rank']}): compute "
+                f"{item['ratio']:.2f}x the median of the other ranks' over the run (worst report "
+                f"{item['worst']:.2f}x; slow in {item['reports_flagged']} of {item['reports']} reports)"
+            )
+    elif summary.get("straggler_reports", 0) > straggler.MIN_REPORTS:
+        lines.append(
+            f"stragglers   none: no rank's compute time reached {summary.get('straggler_ratio', 1.2):g}x the median "
+            f"of the others' ({summary['straggler_reports']} reports)"
+        )
+    elif summary.get("straggler_reports"):
+        lines.append(
+            f"stragglers   not judged: {summary['straggler_reports']} straggler reports, a verdict needs "
+            f"{straggler.MIN_REPORTS + 1} (one per log interval, the first left out)"
+        )
+    finding = summary.get("hang")
+    if finding:
+        lines.append(
+            f"hang         no iteration for {finding.get('seconds_since_progress', 0):.0f} s after iteration "
+            f"{finding.get('last_iteration')}; {finding.get('confidence')} confidence: {finding.get('finding')}"
+        )
+        if finding.get("evidence"):
+            lines.append(f"evidence     {finding['evidence']}/<node>/rank-<rank>.txt (state, wait channel, stack)")
     if summary.get("failure_text"):
         label = "failure" if summary["state"] == "failed" else "reported"
         lines.append(f"{label:<12} {summary['failure_text']}")
     return lines
 
 
-def plot(dest: str, iterations: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) -> list[str]:
-    """Write ``loss.png`` and ``throughput.png``; returns the files written (none without matplotlib)."""
+def plot(
+    dest: str,
+    iterations: Sequence[Mapping[str, Any]],
+    plan: Mapping[str, Any],
+    reports: Sequence[Mapping[str, Any]] = (),
+    stragglers: Sequence[Mapping[str, Any]] = (),
+    ratio: float = straggler.DEFAULT_RATIO,
+) -> list[str]:
+    """Write ``loss.png`` and ``throughput.png``; returns the files written (none without matplotlib).
+
+    ``throughput.png`` shows tokens/s per card over the iterations (Megatron's TFLOP/s is proportional to it, so
+    it is not drawn again); with straggler ``reports``, a second panel shows each rank's compute time relative to
+    the median rank's, report by report, the ``stragglers`` drawn thick and named, and the ``ratio`` line.
+    """
     if not iterations:
         return []
     try:
@@ -317,17 +385,38 @@ def plot(dest: str, iterations: Sequence[Mapping[str, Any]], plan: Mapping[str, 
         else math.nan
         for r in iterations
     ]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    relative = [straggler.relative_times(r) for r in reports]
+    ranks = sorted({rank for row in relative for rank in row})
+    if ranks:
+        fig, (ax, lower) = plt.subplots(2, 1, figsize=(8, 7), sharex=False, height_ratios=(1, 1))
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
     ax.plot(steps, tokens, label="tokens/s per card")
     ax.set(xlabel="iteration", ylabel="tokens/s per card", title=f"{plan['exp_name']} / {plan['run_id']}: throughput")
     ax.grid(alpha=0.3)
-    tflops = [
-        r.get("tflops_per_gpu") if isinstance(r.get("tflops_per_gpu"), (int, float)) else math.nan for r in iterations
-    ]
-    if any(math.isfinite(x) for x in tflops):
-        right = ax.twinx()
-        right.plot(steps, tflops, color="tab:orange", label="TFLOP/s per card (Megatron)")
-        right.set_ylabel("TFLOP/s per card")
+    if ranks:
+        slow = {s["rank"]: s for s in stragglers}
+        node_of = straggler.node_ranks(plan)
+        for rank in ranks:
+            values = [row.get(rank, math.nan) for row in relative]
+            if rank in slow:
+                lower.plot(
+                    range(1, len(values) + 1),
+                    values,
+                    linewidth=2.5,
+                    label=f"{node_of.get(rank, ('?',))[0]} rank {rank}: straggler ({slow[rank]['ratio']:.2f}x)",
+                )
+            else:
+                lower.plot(range(1, len(values) + 1), values, linewidth=0.8, alpha=0.6, color="tab:gray")
+        lower.axhline(ratio, color="tab:red", linestyle="--", linewidth=1, label=f"straggler threshold {ratio:g}x")
+        lower.set(
+            xlabel="straggler report (one per log interval)",
+            ylabel="compute time / median rank",
+            title="each rank's compute time (grey: within the threshold)",
+        )
+        lower.grid(alpha=0.3)
+        lower.legend(fontsize=8)
+        fig.tight_layout()
     fig.savefig(os.path.join(dest, "throughput.png"), dpi=100, bbox_inches="tight")
     plt.close(fig)
     written.append("throughput.png")
@@ -351,9 +440,22 @@ def _write_jsonl(path: str, records: Sequence[Mapping[str, Any]]) -> None:
     os.replace(path + ".tmp", path)
 
 
-def write_report(root: str, plan: Mapping[str, Any], incident: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Parse every node's logs under ``root`` and write the report files there; returns the summary and table."""
+def write_report(
+    root: str,
+    plan: Mapping[str, Any],
+    incident: Mapping[str, Any] | None = None,
+    straggler_ratio: float = straggler.DEFAULT_RATIO,
+) -> dict[str, Any]:
+    """Parse every node's logs under ``root`` and write the report files there; returns the summary and table.
+
+    A hang diagnosis kept by the watcher in ``hang/diagnosis.json`` is used when ``incident`` holds none (as
+    when report.yml rebuilds the report).
+    """
     root = os.path.abspath(root)
+    kept = os.path.join(root, "hang", "diagnosis.json")
+    if not (incident or {}).get("hang") and os.path.isfile(kept):
+        with open(kept, encoding="utf-8") as handle:
+            incident = dict(incident or {}, hang=json.load(handle))
     node_dirs = [n["name"] for n in plan["nodes"] if os.path.isdir(os.path.join(root, n["name"]))]
     log = MegatronLog()
     if node_dirs:
@@ -367,12 +469,12 @@ def write_report(root: str, plan: Mapping[str, Any], incident: Mapping[str, Any]
     else:
         log.summary = summarize(log, seq_length=plan["seq_length"], world_size=plan["world_size"])
     missing = [n["name"] for n in plan["nodes"] if n["name"] not in node_dirs]
-    summary = build_report(log, plan, root, incident, missing)
+    summary = build_report(log, plan, root, incident, missing, straggler_ratio)
     summary["nodes_collected"] = node_dirs
     summary["nodes_missing"] = missing
     _write_jsonl(os.path.join(root, "metrics.jsonl"), log.iterations)
     _write_jsonl(os.path.join(root, "memory.jsonl"), log.memory)
-    summary["plots"] = plot(root, log.iterations, plan)
+    summary["plots"] = plot(root, log.iterations, plan, log.stragglers, summary["stragglers"], straggler_ratio)
     table = summary_table(summary)
     if summary["nodes_missing"]:
         table.append(f"missing      no logs from {', '.join(summary['nodes_missing'])} (not collected)")
