@@ -17,6 +17,9 @@ the stragglers of the last 20 straggler reports, if any. Watching ends when
   the run is ``failed`` (kind ``hang``); with ``warn`` the diagnosis is printed and watching goes on;
 * ``wait`` seconds passed: ``running`` (the job goes on; status.yml follows it, stop.yml stops it).
 
+With ``tail: true`` (status.yml) the first probe reads the last 256 KiB of the logs instead of their start, and
+the time of the last iteration comes from the log's age, so a run already going is judged as it is now.
+
 It changes nothing on any node.
 """
 
@@ -55,7 +58,8 @@ RECENT_REPORTS = 2 * straggler.MIN_REPORTS
 def parse_probe(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, Any] | None, str]:
     """Split probe.sh's output into node states, the last rank's log header and its new log text.
 
-    Rank 0's sections (``rank0-stdout`` and ``rank0-stderr``) are in the header under ``rank0``.
+    Rank 0's sections (``rank0-stdout`` and ``rank0-stderr``) are in the header under ``rank0``. Each section's
+    ``start`` is the byte its text starts at (the offset asked for, or where a tail's first whole line starts).
     """
     nodes: dict[str, tuple[str, str]] = {}
     header: dict[str, Any] | None = None
@@ -65,13 +69,13 @@ def parse_probe(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, Any] |
         fields = line.split("\t")
         if fields[0] == "node" and len(fields) >= 4:
             nodes[fields[1]] = (fields[2], "\t".join(fields[3:]))
-        elif fields[0].startswith("rank0-") and len(fields) >= 5:
-            data = base64.b64decode(fields[5]) if len(fields) >= 6 and fields[5] else b""
+        elif fields[0].startswith("rank0-") and len(fields) >= 7:
             rank0[fields[0][len("rank0-") :]] = {
                 "path": fields[1],
                 "size": int(fields[2]),
                 "bytes": int(fields[3]),
-                "text": data.decode("utf-8", errors="replace"),
+                "start": int(fields[5]),
+                "text": base64.b64decode(fields[6]).decode("utf-8", errors="replace"),
             }
         elif fields[0] == "log" and len(fields) >= 4:
             age = fields[4] if len(fields) >= 5 else "-"
@@ -79,7 +83,8 @@ def parse_probe(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, Any] |
                 "path": fields[1],
                 "size": int(fields[2]),
                 "bytes": int(fields[3]),
-                "age_s": int(age) if age.lstrip("-").isdigit() and age != "-" else None,
+                "age_s": int(age) if age.isdigit() else None,
+                "start": int(fields[5]) if len(fields) >= 6 else None,
                 "rank0": rank0,
             }
             return nodes, header, "\n".join(lines[index + 1 :])
@@ -112,7 +117,7 @@ def write_evidence(evidence_dir: str, finding: dict[str, Any]) -> str:
 class _Progress:
     """What the watcher knows of the run's progress: the last iteration, when it came, saves, stragglers."""
 
-    def __init__(self, plan: dict[str, Any], started: float) -> None:
+    def __init__(self, plan: dict[str, Any], started: float, tail: bool = False) -> None:
         self.plan = plan
         self.last: dict[str, Any] | None = None
         self.memory: dict[str, Any] | None = None
@@ -122,33 +127,32 @@ class _Progress:
         self.saving = False
         self.reports: deque[dict[str, Any]] = deque(maxlen=RECENT_REPORTS)
         self.node_of = straggler.node_ranks(plan)
-        self.offsets = {"log": 0, "stdout": 0, "stderr": 0}
-        self.aged = False
+        # -1: the probe starts at the last 256 KiB's first whole line (a run already going, status.yml)
+        self.offsets = dict.fromkeys(("log", "stdout", "stderr"), -1 if tail else 0)
 
     def feed(self, header: dict[str, Any] | None, text: str, now: float, started: float) -> None:
         if header is None:
             return
         for stream, section in header["rank0"].items():
-            self.offsets[stream] += section["bytes"]
+            self.offsets[stream] = section["start"] + section["bytes"]
             lines = section["text"].splitlines()
             for kind, _ in hang.checkpoint_events(lines):
                 self.saving = kind == "start"
             self.reports.extend(straggler.reports_from_lines(lines))
-        if not self.aged and header.get("age_s") is not None and header["bytes"]:
-            # the first probe of a run that was already going (status.yml, a second watch): its log's age
-            # tells how long ago it last moved
-            self.progress_at = min(self.progress_at, now - header["age_s"])
-        self.aged = True
         if not header["bytes"]:
             return
-        self.offsets["log"] += header["bytes"]
+        start = header["start"] if header["start"] is not None else max(self.offsets["log"], 0)
+        self.offsets["log"] = start + header["bytes"]
+        # the lines read were written at the latest when the log was (its age, by the clock of its node): on the
+        # first probe of a run already going, that is long before now
+        written = now - header["age_s"] if header.get("age_s") is not None else now
         log = parse_lines(text.splitlines(), source=header["path"])
         for record in log.iterations:
             gap = hang.line_interval_s(self.last, record)
             if gap is not None:
                 self.intervals.append(gap)
             self.last = record
-            self.progress_at = now
+            self.progress_at = written
             self.saving = False  # an iteration after a save's start: the save is over
             if self.first_iteration_s is None:
                 self.first_iteration_s = round(now - started, 1)
@@ -184,6 +188,7 @@ class ActionModule(ActionBase):
             "on_hang",
             "straggler_ratio",
             "evidence_dir",
+            "tail",
         )
     )
 
@@ -213,7 +218,7 @@ class ActionModule(ActionBase):
         label = f"{plan['exp_name']} / {plan['run_id']}"
 
         started = time.monotonic()
-        progress = _Progress(plan, started)
+        progress = _Progress(plan, started, tail=bool(args.get("tail", False)))
         printed_at, last_printed = None, None
         unreachable: dict[str, int] = {}
         nodes: dict[str, tuple[str, str]] = {}
@@ -267,7 +272,8 @@ class ActionModule(ActionBase):
                             "reason": text_of,
                         }
                         break
-                    display.warning(f"{label}: {text_of} (on_hang=warn: watching goes on)")
+                    # display(), not warning(): Ansible holds a task's warnings until the task ends
+                    display.display(f"[WARNING] {label}: {text_of} (on_hang=warn: watching goes on)")
                     for line in finding["culprits"]:
                         display.display(f"  culprit {hang._culprit_text(line)}")
                     if finding.get("evidence"):

@@ -34,14 +34,25 @@ LAYOUTS = [
     ("llama3-8b", 2, {"tp": 2, "cp": 2, "seq_length": 8192, "recompute": "none"}),
     ("llama3-70b", 4, {"tp": 8, "pp": 4, "gbs": 64}),
     ("llama3-70b", 16, {"tp": 8, "pp": 8, "vpp": 5, "gbs": 128, "seq_length": 8192}),
+    # the straggler report and the collective timeout (hang detection's companions), on 2 and 16 ranks
+    ("llama3-8b", 2, {"tp": 1, "pp": 2, "training": {"log_straggler": True, "distributed_timeout_minutes": 30}}),
+    ("llama3-8b", 1, {"tp": 4, "pp": 2, "training": {"log_straggler": True}}),
 ]
 
 
 def test_megatron_accepts_every_plan(tmp_path):
     paths = []
-    for i, (model, nodes, layout) in enumerate(LAYOUTS):
+    for i, (model, nodes, request) in enumerate(LAYOUTS):
         hosts = [{"name": f"n{k}", "ansible_host": f"10.0.0.{k + 1}", "slots": 8} for k in range(nodes)]
-        plan = make_plan(model=load_preset(model), hosts=hosts, layout=layout, run_id="check", force=True)
+        layout = {k: v for k, v in request.items() if k != "training"}
+        plan = make_plan(
+            model=load_preset(model),
+            hosts=hosts,
+            layout=layout,
+            training=request.get("training"),
+            run_id="check",
+            force=True,
+        )
         path = tmp_path / f"plan{i}.json"
         path.write_text(json.dumps(plan))
         paths.append(str(path))

@@ -7,18 +7,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from testbed import ROOT, docker, env, in_container, in_node, playbook, recap
+from testbed import ROOT, SMALL, docker, in_container, in_node, playbook, recap
+from testbed import latest_run as _latest_run
+from testbed import train_in_background as _train_in_background
+from testbed import wait_for_iterations as _wait_for_iterations
 
 pytestmark = pytest.mark.testbed
-
-#: A small, quick run of the smoke job: 2 nodes x 2 ranks, tp=1 pp=1 dp=4, gbs 8, seq 128.
-SMALL = ("-e", "model=tiny", "-e", "seq_length=128", "-e", "num_microbatches=2", "-e", "progress_interval=2")
 #: An experiment name with spaces and shell metacharacters; nothing in it may run.
 NASTY = 'it\'s a "test"; $(touch mtt-injected) `touch mtt-injected2` & | > <'
 #: As a user passes it: -e with JSON (key=value cannot hold unbalanced quotes).
@@ -31,13 +29,6 @@ def provisioned(testbed):
     assert result.returncode == 0, result.stdout[-6000:]
     stop = playbook("stop.yml")
     assert stop.returncode == 0, stop.stdout[-3000:]
-
-
-def _latest_run(exp: str) -> Path:
-    """The newest run directory of an experiment on the controller (run ids are UTC timestamps)."""
-    runs = sorted((ROOT / "runs" / exp).glob("2*"))
-    assert runs, f"no run of {exp!r} on the controller"
-    return runs[-1]
 
 
 def _no_injection() -> None:
@@ -125,29 +116,6 @@ def test_a_busy_cluster_is_refused_and_stop_twice_changes_nothing_the_second_tim
     assert again.returncode == 0, again.stdout[-4000:]
     assert "node1: idle, nothing to stop" in again.stdout and "node2: idle, nothing to stop" in again.stdout
     assert all(c["changed"] == 0 for c in recap(again.stdout).values())
-
-
-def _train_in_background(*extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/testbed", "train.yml", *SMALL, *extra],
-        cwd=ROOT,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _wait_for_iterations(exp: str, timeout: float = 180) -> None:
-    """Until the last rank of the experiment's run (node2, local rank 1) has printed iteration lines."""
-    deadline = time.monotonic() + timeout
-    log = f"/data/mtt-train-ops/runs/{exp}/*/logs/node2/*/attempt_0/1/stdout.log"
-    while time.monotonic() < deadline:
-        found = in_container("node2", f"cat {log} 2>/dev/null | grep -c iteration", check=False).stdout.strip()
-        if found.isdigit() and int(found) >= 3:
-            return
-        time.sleep(1)
-    raise AssertionError("the smoke job printed no iteration in time")
 
 
 def test_a_rank_killed_on_a_worker_fails_the_run_naming_node_and_rank(provisioned):

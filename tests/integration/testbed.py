@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,3 +55,52 @@ def in_node(node: str, command: str, check: bool = True) -> subprocess.Completed
 def in_container(node: str, command: str, container: str = "train", check: bool = True):
     """Run a shell command in a node's training container."""
     return docker("exec", NODE_CONTAINERS[node], "docker", "exec", container, "sh", "-c", command, check=check)
+
+
+#: A small, quick run of the smoke job: 2 nodes x 2 ranks, tp=1 pp=1 dp=4, gbs 8, seq 128.
+SMALL = ("-e", "model=tiny", "-e", "seq_length=128", "-e", "num_microbatches=2", "-e", "progress_interval=2")
+
+
+def latest_run(exp: str) -> Path:
+    """The newest run directory of an experiment on the controller (run ids are UTC timestamps)."""
+    runs = sorted((ROOT / "runs" / exp).glob("2*"))
+    assert runs, f"no run of {exp!r} on the controller"
+    return runs[-1]
+
+
+def train_in_background(*extra: str, output: Path | None = None) -> subprocess.Popen:
+    """train.yml with the SMALL run, in the background; its output to ``output`` (a file) or a pipe."""
+    sink = open(output, "w") if output else subprocess.PIPE  # noqa: SIM115 - the child owns it until it ends
+    return subprocess.Popen(
+        [str(BIN / "ansible-playbook"), "-i", str(INVENTORY), "train.yml", *SMALL, *extra],
+        cwd=ROOT,
+        env=env(),
+        stdout=sink,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_iterations(exp: str, count: int = 3, timeout: float = 180) -> None:
+    """Until the last rank of the experiment's run (node2, local rank 1) has printed ``count`` iteration lines."""
+    deadline = time.monotonic() + timeout
+    log = f"/data/mtt-train-ops/runs/{exp}/*/logs/node2/*/attempt_0/1/stdout.log"
+    while time.monotonic() < deadline:
+        found = in_container("node2", f"cat {log} 2>/dev/null | grep -c iteration", check=False).stdout.strip()
+        if found.isdigit() and int(found) >= count:
+            return
+        time.sleep(1)
+    raise AssertionError(f"the smoke job printed fewer than {count} iterations in time")
+
+
+def rank_pid(node: str, exp: str, rank: int) -> int:
+    """The pid, inside its node's training container, of the experiment's rank ``rank`` (by torchrun's RANK)."""
+    script = (
+        "for p in /proc/[0-9]*; do "
+        f"tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -qx 'RANK={rank}' && "
+        f"tr '\\0' '\\n' < $p/environ | grep -q '^MTT_TRAIN_OPS_RUN=.*/runs/{exp}/' && "
+        "echo ${p#/proc/}; done | sort -n | head -n 1"
+    )
+    found = in_container(node, script).stdout.strip()
+    assert found.isdigit(), f"no process of rank {rank} of {exp} on {node}"
+    return int(found)

@@ -45,9 +45,9 @@ def test_parse_probe_states_header_and_log():
     text = (
         "node\tnode1\trunning\t3415\n"
         "node\tnode2\tunreachable\tssh: connect to host 172.30.0.12 port 2222: Connection timed out\n"
-        f"rank0-stdout\t/r/logs/node1/x/attempt_0/0/stdout.log\t900\t{len(rank0.encode())}\t3\t{encoded}\n"
-        "rank0-stderr\t-\t0\t0\t-\t\n"
-        f"log\t/data/runs/watch/r1/logs/node2/r1_abc/attempt_0/1/stdout.log\t{size + 100}\t{size}\t7\n" + LOG
+        f"rank0-stdout\t/r/logs/node1/x/attempt_0/0/stdout.log\t900\t{len(rank0.encode())}\t3\t40\t{encoded}\n"
+        "rank0-stderr\t-\t0\t0\t-\t0\t\n"
+        f"log\t/data/runs/watch/r1/logs/node2/r1_abc/attempt_0/1/stdout.log\t{size + 100}\t{size}\t7\t100\n" + LOG
     )
     nodes, header, log = parse_probe(text)
     assert nodes == {
@@ -59,14 +59,16 @@ def test_parse_probe_states_header_and_log():
         "size": size + 100,
         "bytes": size,
         "age_s": 7,
+        "start": 100,
         "rank0": {
             "stdout": {
                 "path": "/r/logs/node1/x/attempt_0/0/stdout.log",
                 "size": 900,
                 "bytes": len(rank0.encode()),
+                "start": 40,
                 "text": rank0,
             },
-            "stderr": {"path": "-", "size": 0, "bytes": 0, "text": ""},
+            "stderr": {"path": "-", "size": 0, "bytes": 0, "start": 0, "text": ""},
         },
     }
     assert log == LOG
@@ -79,9 +81,9 @@ def test_parse_probe_without_log_or_output():
         None,
         "",
     )
-    assert parse_probe("node\tnode1\texited\t0\nlog\t-\t0\t0\t-\n") == (
+    assert parse_probe("node\tnode1\texited\t0\nlog\t-\t0\t0\t-\t0\n") == (
         {"node1": ("exited", "0")},
-        {"path": "-", "size": 0, "bytes": 0, "age_s": None, "rank0": {}},
+        {"path": "-", "size": 0, "bytes": 0, "age_s": None, "start": 0, "rank0": {}},
         "",
     )
     assert parse_probe("") == ({}, None, "")
@@ -140,3 +142,28 @@ def test_unreachable_does_not_hide_an_exit_elsewhere(plan):
 def test_a_node_missing_from_the_probe_is_an_error(plan):
     with pytest.raises(AnsibleActionFail, match="no state for node2"):
         judge(plan, states(node1="running:1"), {}, 10, 120)
+
+
+def _header(text: str, age: int | None, start: int = 0, rank0: dict | None = None) -> dict:
+    return {"path": "x", "size": 0, "bytes": len(text.encode()), "age_s": age, "start": start, "rank0": rank0 or {}}
+
+
+def test_progress_clock_saves_and_offsets(plan):
+    progress = train_watch._Progress(plan, started=1000.0)
+    line = LOG.splitlines()[0] + "\n"
+    progress.feed(_header(line, age=2, start=0), line, now=1010.0, started=1000.0)
+    assert progress.last["iteration"] == 1 and progress.progress_at == 1008.0  # the line's time, by the log's age
+    assert progress.offsets["log"] == len(line.encode()) and progress.limit(30) == 30
+    saving = "saving checkpoint at iteration       1 to /ckpt in torch format\n"
+    section = {"path": "r0", "size": 70, "bytes": len(saving), "start": 5, "text": saving}
+    progress.feed(_header("", age=None, rank0={"stdout": section}), "", now=1020.0, started=1000.0)
+    assert progress.saving and progress.limit(30) == 1800 and progress.offsets["stdout"] == 5 + len(saving)
+    assert progress.progress_at == 1008.0  # no iteration: the clock runs on
+
+
+def test_a_tail_probe_of_a_quiet_run_dates_its_last_iteration_by_the_logs_age(plan):
+    progress = train_watch._Progress(plan, started=5000.0, tail=True)
+    assert progress.offsets == {"log": -1, "stdout": -1, "stderr": -1}
+    line = LOG.splitlines()[0] + "\n"
+    progress.feed(_header(line, age=95, start=4096), line, now=5000.0, started=5000.0)
+    assert progress.progress_at == 4905.0 and progress.offsets["log"] == 4096 + len(line.encode())

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -385,34 +386,39 @@ def plot(
         else math.nan
         for r in iterations
     ]
-    relative = [straggler.relative_times(r) for r in reports]
-    ranks = sorted({rank for row in relative for rank in row})
+    xs, relative = straggler.rolling_ratios(reports, plan["world_size"])
+    ranks = sorted(relative)
     if ranks:
         fig, (ax, lower) = plt.subplots(2, 1, figsize=(8, 7), sharex=False, height_ratios=(1, 1))
     else:
         fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.plot(steps, tokens, label="tokens/s per card")
+    ax.plot(steps, tokens, linewidth=0.5, alpha=0.5, label="tokens/s per card")
+    if len(tokens) >= 20:
+        span = max(5, len(tokens) // 50)
+        smooth = [statistics.median(tokens[max(0, i - span + 1) : i + 1]) for i in range(len(tokens))]
+        ax.plot(steps, smooth, linewidth=1.8, color="tab:blue", label=f"median of the last {span}")
+        ax.legend(fontsize=8)
     ax.set(xlabel="iteration", ylabel="tokens/s per card", title=f"{plan['exp_name']} / {plan['run_id']}: throughput")
     ax.grid(alpha=0.3)
     if ranks:
         slow = {s["rank"]: s for s in stragglers}
         node_of = straggler.node_ranks(plan)
+        window = min(straggler.MIN_REPORTS, len(reports))
         for rank in ranks:
-            values = [row.get(rank, math.nan) for row in relative]
             if rank in slow:
                 lower.plot(
-                    range(1, len(values) + 1),
-                    values,
-                    linewidth=2.5,
+                    xs,
+                    relative[rank],
+                    linewidth=2.2,
                     label=f"{node_of.get(rank, ('?',))[0]} rank {rank}: straggler ({slow[rank]['ratio']:.2f}x)",
                 )
             else:
-                lower.plot(range(1, len(values) + 1), values, linewidth=0.8, alpha=0.6, color="tab:gray")
+                lower.plot(xs, relative[rank], linewidth=0.8, alpha=0.7, color="tab:gray")
         lower.axhline(ratio, color="tab:red", linestyle="--", linewidth=1, label=f"straggler threshold {ratio:g}x")
         lower.set(
             xlabel="straggler report (one per log interval)",
-            ylabel="compute time / median rank",
-            title="each rank's compute time (grey: within the threshold)",
+            ylabel="compute time / others' median",
+            title=f"each rank's compute time over the last {window} reports (grey: not a straggler over the run)",
         )
         lower.grid(alpha=0.3)
         lower.legend(fontsize=8)

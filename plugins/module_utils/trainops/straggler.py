@@ -94,13 +94,28 @@ def slow_ranks(report: Mapping[str, Any], ratio: float = DEFAULT_RATIO) -> dict[
     return flagged
 
 
-def relative_times(report: Mapping[str, Any]) -> dict[int, float]:
-    """Every listed rank's compute time relative to the median rank's (1.0 = the median), for the plot."""
-    etpt = {rank: value for rank, value in report_etpt(report).items() if value > 0}
-    if not etpt:
-        return {}
-    middle = statistics.median(etpt.values())
-    return {rank: middle / value for rank, value in sorted(etpt.items())}
+def rolling_ratios(
+    reports: Sequence[Mapping[str, Any]], world: int, window: int = MIN_REPORTS, points: int = 400
+) -> tuple[list[int], dict[int, list[float]]]:
+    """Each rank's compute time over the last ``window`` reports relative to the median of the other ranks'
+    (the measure :func:`assess` judges), at up to ``points`` report numbers, for the plot. Empty when the
+    reports do not cover every rank."""
+    times = [report_times(r, world) for r in reports]
+    if not times or not all(times):
+        return [], {}
+    window = max(1, min(window, len(times)))
+    step = max(1, len(times) // points)
+    xs, out = [], {rank: [] for rank in sorted(times[0])}
+    for end in range(window, len(times) + 1, step):
+        totals: dict[int, float] = {}
+        for row in times[end - window : end]:
+            for rank, value in row.items():
+                totals[rank] = totals.get(rank, 0.0) + value
+        xs.append(end)
+        for rank in out:
+            others = [v for r, v in totals.items() if r != rank]
+            out[rank].append(totals.get(rank, 0.0) / statistics.median(others) if others else 1.0)
+    return xs, out
 
 
 def report_times(report: Mapping[str, Any], world: int) -> dict[int, float]:

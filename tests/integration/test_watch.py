@@ -1,0 +1,210 @@
+"""Hung and slow ranks on the testbed, with real faults: a rank frozen by SIGSTOP, a rank stuck in its own code
+(the smoke job's fault drill) while its peers wait in a collective, and a node throttled to 0.3 CPU by
+`docker update`. The detection itself is the bundle's: the watcher's probes, diagnose.sh, rank_probe.py with
+py-spy on every node. Marked `testbed`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from testbed import (
+    ROOT,
+    docker,
+    in_container,
+    latest_run,
+    playbook,
+    rank_pid,
+    train_in_background,
+    wait_for_iterations,
+)
+
+pytestmark = pytest.mark.testbed
+
+#: The testbed inventory's hang_timeout (inventory/testbed/hosts.yml).
+HANG_TIMEOUT = 30
+
+
+@pytest.fixture(scope="module")
+def provisioned(testbed):
+    playbook("stop.yml")  # a run left by an interrupted test would hold the rendezvous port
+    result = playbook("provision.yml")
+    assert result.returncode == 0, result.stdout[-6000:]
+    yield
+    stop = playbook("stop.yml")  # and none is left to the next module
+    assert stop.returncode == 0, stop.stdout[-3000:]
+
+
+def _clean(exp: str) -> None:
+    for node in ("node1", "node2"):
+        in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
+
+
+def _no_rank_left() -> None:
+    for node in ("node1", "node2"):
+        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
+
+
+def _evidence(run_dir: Path) -> dict[int, str]:
+    """Every rank's evidence file, by global rank."""
+    files = {}
+    for path in (run_dir / "hang").glob("node*/rank-*.txt"):
+        files[int(path.stem.split("-")[1])] = path.read_text()
+    return files
+
+
+def _run_with_fault(exp: str, inject: Callable[[], object]) -> tuple[str, int, float]:
+    """A long smoke run with a fault injected once it iterates: (output, exit status, seconds after the fault)."""
+    _clean(exp)
+    job = train_in_background("-e", "train_iters=100000", "-e", f"exp={exp}")
+    try:
+        wait_for_iterations(exp)
+        inject()
+        injected = time.monotonic()
+        output, _ = job.communicate(timeout=300)
+        return output, job.returncode, time.monotonic() - injected
+    finally:
+        job.kill()
+
+
+def test_a_rank_frozen_on_a_worker_is_named_stopped_within_the_hang_timeout(provisioned):
+    exp = "hang-stopped"
+    output, returncode, took = _run_with_fault(
+        exp, lambda: in_container("node2", f"kill -STOP {rank_pid('node2', exp, 2)}")
+    )
+    assert returncode != 0, output[-4000:]
+    # generous: the bound catches a run left to the job's own 10-minute timeout, not a slow machine
+    assert took < HANG_TIMEOUT + 90, f"{took:.0f} s from SIGSTOP to the end of train.yml"
+    failure = re.search(r"Run hang-stopped/\S+ failed: (.*)", output)
+    assert failure, output[-5000:]
+    assert failure.group(1).startswith("node2 rank 2 (local rank 0): hung: state T: stopped by a signal")
+    run_dir = latest_run(exp)
+    evidence = _evidence(run_dir)
+    assert sorted(evidence) == [0, 1, 2, 3]
+    assert all("Thread " in text and "smoke_train.py" in text for text in evidence.values()), evidence
+    assert "verdict     CULPRIT: state T" in evidence[2] and "wchan       do_signal_stop" in evidence[2]
+    assert all("verdict     not suspected" in evidence[rank] for rank in (0, 1, 3))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    finding = summary["hang"]
+    assert finding["confidence"] == "high" and finding["last_iteration"] >= 3
+    assert HANG_TIMEOUT <= finding["seconds_since_progress"] < HANG_TIMEOUT + 15
+    (culprit,) = finding["culprits"]
+    assert (culprit["node"], culprit["rank"], culprit["local_rank"], culprit["state"]) == ("node2", 2, 0, "T")
+    assert summary["failure"]["kind"] == "hang" and summary["failure"]["node"] == "node2"
+    assert json.loads((run_dir / "hang" / "diagnosis.json").read_text())["culprits"] == finding["culprits"]
+    _no_rank_left()
+
+
+def test_the_rank_outside_the_collective_is_the_odd_one_out(provisioned):
+    exp = "hang-drill"
+    # the smoke job's fault drill: rank 1 (node1) stops at its next iteration, outside any collective
+    drill = f"d=$(ls -d /data/mtt-train-ops/runs/{exp}/*/); mkdir -p $d/drill && touch $d/drill/hang-rank-1"
+    output, returncode, _ = _run_with_fault(exp, lambda: in_container("node1", drill))
+    assert returncode != 0, output[-4000:]
+    failure = re.search(r"Run hang-drill/\S+ failed: (.*)", output)
+    assert failure, output[-5000:]
+    assert failure.group(1).startswith(
+        "node1 rank 1 (local rank 1): hung: not in a collective (at hold_for_drill (smoke_train.py:"
+    ), failure.group(1)
+    assert "while 3 rank(s) wait in barrier" in failure.group(1)
+    run_dir = latest_run(exp)
+    finding = json.loads((run_dir / "summary.json").read_text())["hang"]
+    assert finding["confidence"] == "medium"
+    assert finding["groups"][0] == {
+        "collective": "barrier",
+        "ranks": [0, 2, 3],
+        "signature": "waits in barrier from main (smoke_train.py)",
+    }
+    evidence = _evidence(run_dir)
+    for rank in (0, 2, 3):  # the peers are shown waiting in the collective
+        assert re.search(r"^    barrier \(torch/distributed/distributed_c10d\.py:\d+\)$", evidence[rank], re.M)
+    assert "hold_for_drill (smoke_train.py:" in evidence[1] and "state       S (sleeping)" in evidence[1]
+    _no_rank_left()
+
+
+def test_on_hang_warn_shows_the_diagnosis_and_keeps_watching(provisioned, tmp_path):
+    exp = "hang-warn"
+    _clean(exp)
+    log = tmp_path / "train.out"
+    job = train_in_background("-e", "train_iters=2000", "-e", f"exp={exp}", "-e", "on_hang=warn", output=log)
+    try:
+        wait_for_iterations(exp)
+        pid = rank_pid("node2", exp, 3)
+        in_container("node2", f"kill -STOP {pid}")
+        deadline = time.monotonic() + HANG_TIMEOUT + 90
+        while "hang suspected" not in log.read_text() and time.monotonic() < deadline:
+            assert job.poll() is None, log.read_text()[-4000:]
+            time.sleep(2)
+        warned = log.read_text()
+        assert "hang suspected" in warned, warned[-4000:]
+        assert job.poll() is None, "on_hang=warn ended the run"
+        in_container("node2", f"kill -CONT {pid}")
+        job.wait(timeout=600)
+    finally:
+        job.kill()
+    output = log.read_text()
+    assert job.returncode == 0, output[-5000:]
+    assert re.search(r"culprit node2 rank 3 \(local rank 1\): state T: stopped by a signal", output), output[-5000:]
+    assert "on_hang=warn: watching goes on" in output
+    assert re.search(r"iteration 2000/2000 \(100%\)", output)
+    summary = json.loads((latest_run(exp) / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["last_iteration"] == 2000
+    assert summary["hang"]["culprits"][0]["rank"] == 3 and summary["failure"] is None
+    assert any(line.startswith("hang         no iteration for") for line in summary["table"])
+
+
+def test_a_throttled_node_is_named_straggler_and_not_hung(provisioned):
+    # First, untouched: enough iterations for a verdict, and no straggler named.
+    healthy = playbook("train.yml", "-e", "train_iters=400", "-e", "exp=straggler-none")
+    assert healthy.returncode == 0, healthy.stdout[-4000:]
+    summary = json.loads((latest_run("straggler-none") / "summary.json").read_text())
+    assert summary["straggler_reports"] == 400 and summary["stragglers"] == []
+    assert any(line.startswith("stragglers   none:") for line in summary["table"])
+
+    exp = "straggler-throttled"
+    _clean(exp)
+    job = train_in_background("-e", "train_iters=1500", "-e", f"exp={exp}")
+    try:
+        wait_for_iterations(exp, count=50)
+        docker("update", "--cpus", "0.3", "mtt-node-2")  # real CPU throttling of node2 (its container included)
+        output, _ = job.communicate(timeout=900)
+    finally:
+        job.kill()
+        docker("update", "--cpus", str(os.cpu_count()), "mtt-node-2")
+    assert job.returncode == 0, output[-5000:]
+    run_dir = latest_run(exp)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["hang"] is None
+    slow = {(s["node"], s["rank"]) for s in summary["stragglers"]}
+    assert slow == {("node2", 2), ("node2", 3)}, summary["stragglers"]
+    assert all(s["ratio"] >= 1.2 for s in summary["stragglers"])
+    assert re.search(r"\| straggler node2 rank [23] \(\d+\.\dx\), node2 rank [23]", output), output[-5000:]
+    assert re.search(r"straggler    node2 rank 2 \(local rank 0\): compute \d+\.\d\dx the median", output)
+    assert (run_dir / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_status_names_the_culprit_of_a_hung_run(provisioned):
+    exp = "hang-status"
+    _clean(exp)
+    started = playbook("train.yml", "-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "wait=false")
+    assert started.returncode == 0, started.stdout[-4000:]
+    try:
+        wait_for_iterations(exp)
+        in_container("node1", f"kill -STOP {rank_pid('node1', exp, 0)}")
+        time.sleep(HANG_TIMEOUT + 5)
+        status = playbook("playbooks/status.yml")
+        assert status.returncode == 0, status.stdout[-4000:]
+        assert re.search(r"hang     high confidence: node1 rank 0 \(local rank 0\): state T", status.stdout), (
+            status.stdout[-4000:]
+        )
+        assert not list((ROOT / "runs" / exp).glob("*/hang"))  # status.yml writes nothing
+    finally:
+        stopped = playbook("stop.yml")
+    assert stopped.returncode == 0, stopped.stdout[-4000:]
+    _no_rank_left()
