@@ -161,6 +161,7 @@ def test_on_hang_warn_shows_the_diagnosis_and_keeps_watching(provisioned, tmp_pa
 
 def test_a_throttled_node_is_named_straggler_and_not_hung(provisioned):
     # First, untouched: enough iterations for a verdict, and no straggler named.
+    _clean("straggler-none")  # a checkpoint of an earlier run would resume at its end
     healthy = playbook("train.yml", "-e", "train_iters=400", "-e", "exp=straggler-none")
     assert healthy.returncode == 0, healthy.stdout[-4000:]
     summary = json.loads((latest_run("straggler-none") / "summary.json").read_text())
