@@ -25,12 +25,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
+import yaml  # noqa: E402
+from trainops.flops import flops_per_token  # noqa: E402
+from trainops.layout import padded_vocab_size  # noqa: E402
 from trainops.megatron_log import parse_path  # noqa: E402
+from trainops.model import model_from_dict  # noqa: E402
 
 SEQ_LENGTH = 4096
 WORLD_SIZE = 16
 GBS = 64
-FLOPS_PER_TOKEN = 5.5e10  # Llama3-8B at seq 4096, forward and backward
+#: Llama3-8B at seq 4096, forward and backward, causal attention (Megatron's count): about 48.3e9.
+_LLAMA3_8B = model_from_dict(yaml.safe_load((ROOT / "models" / "llama3-8b.yml").read_text()))
+FLOPS_PER_TOKEN = flops_per_token(_LLAMA3_8B, SEQ_LENGTH, padded_vocab_size(_LLAMA3_8B.vocab_size, 1))
 
 
 def write_log(path: str, iterations: int, seed: int = 7) -> int:

@@ -33,7 +33,8 @@ options:
     description:
       - The requested layout. Keys C(tp), C(pp), C(cp), C(vpp), C(mbs), C(num_microbatches) or C(gbs),
         C(seq_length), C(precision) (bf16 or fp8), C(recompute) (none, selective, full),
-        C(distributed_optimizer), C(sequence_parallel), C(flash_attention), C(megatron_version),
+        C(distributed_optimizer), C(sequence_parallel), C(flash_attention), C(transformer_impl)
+        (transformer_engine or local), C(megatron_version),
         C(first_stage_layers), C(last_stage_layers), C(train_iters). Strings from C(-e) are converted.
     type: dict
     default: {}
@@ -71,8 +72,14 @@ options:
     description: Memory of one card in GiB; defaults by card (S5000 80, S4000 48, H100 80, H200 141).
     type: float
   accelerator_peak_tflops:
-    description: Dense BF16 peak of one card, for the cost model and MFU.
+    description: Dense peak of one card at the run's precision, for the cost model and MFU; defaults by card and
+      precision where a public source states it (H100/H200 989 BF16, 1979 FP8; S4000 100 BF16), else unknown.
     type: float
+  printed_flops_convention:
+    description: How the backend's Megatron counts the TFLOP/s it prints (from the backend profile).
+    type: str
+    choices: [causal, full]
+    default: causal
   memory_headroom_fraction:
     description: Share of the card kept free for the allocator, workspaces and FP8 buffers.
     type: float
@@ -175,6 +182,7 @@ def main() -> None:
             "master_port": {"type": "int", "default": 14388},
             "accelerator_memory_gib": {"type": "float"},
             "accelerator_peak_tflops": {"type": "float"},
+            "printed_flops_convention": {"type": "str", "default": "causal", "choices": ["causal", "full"]},
             "memory_headroom_fraction": {"type": "float", "default": 0.1},
             "force": {"type": "bool", "default": False},
             "recommend": {"type": "bool", "default": False},
@@ -200,6 +208,7 @@ def main() -> None:
             master_port=p["master_port"],
             accelerator_memory_gib=p["accelerator_memory_gib"],
             accelerator_peak_tflops=p["accelerator_peak_tflops"],
+            printed_flops_convention=p["printed_flops_convention"],
             memory_headroom_fraction=p["memory_headroom_fraction"],
             force=p["force"],
             want_recommendations=p["recommend"],

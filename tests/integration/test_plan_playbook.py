@@ -166,3 +166,22 @@ def test_ansible_doc_shows_the_module():
     assert result.returncode == 0, result.stderr
     assert "Derives world size" in result.stdout
     assert "RETURN VALUES" in result.stdout and "EXAMPLES" in result.stdout
+
+
+def test_a_sites_backend_env_and_peak_reach_the_launch(tmp_path):
+    out = tmp_path / "p"
+    site = {"backend_env": {"MCCL_ALGOS": "1", "OMP_NUM_THREADS": 8}, "accelerator_peak_tflops": 777}
+    result = run_plan("-e", "tp=1", "-e", "pp=2", "-e", json.dumps(site), "-e", f"plan_dir={out}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    launch = (out / "launch-node1.sh").read_text()
+    for line in ("export MCCL_ALGOS=1", "export OMP_NUM_THREADS=8", "export MUSA_DEVICE_MAX_CONNECTIONS=1"):
+        assert line in launch.splitlines()
+    assert "export MUSA_KERNEL_TIMEOUT=3200000" in launch.splitlines()  # the profile's own stay
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["peak_tflops_per_card"] == 777.0 and plan["printed_flops_convention"] == "full"
+    assert "peak         777 TFLOP/s set by -e accelerator_peak_tflops" in result.stdout
+
+    refused = run_plan("-e", json.dumps({"backend_env": {"NOT A NAME": 1}}), "-e", f"plan_dir={tmp_path / 'r'}")
+    assert refused.returncode != 0
+    assert "backend_env must map environment variable names" in refused.stdout
+    assert not (tmp_path / "r").exists()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from trainops.layout import LayoutRequest, plan_layout
+from dataclasses import replace
+
+import pytest
+from trainops.errors import PlanError
+from trainops.layout import LayoutRequest, keeps_attention_scores, plan_layout
 from trainops.megatron_args import RunPaths, build_megatron_args
+from trainops.recommend import layout_stage_memory
 
 PATHS = RunPaths("/data/d", "/data/tok/vocab.json", "TikTokenizer", "/w/ck", "/w/tb")
 
@@ -18,8 +23,10 @@ def test_runbook_values(llama8b, two_nodes):
     assert value_of(args, "--pipeline-model-parallel-size") == "2"
     assert value_of(args, "--decoder-last-pipeline-num-layers") == "15"
     assert value_of(args, "--num-query-groups") == "8"
-    for flag in ("--use-distributed-optimizer", "--use-flash-attn", "--fp8-param-gather", "--swiglu"):
+    for flag in ("--use-distributed-optimizer", "--fp8-param-gather", "--swiglu"):
         assert flag in args
+    # flash attention through Transformer Engine; --use-flash-attn only reaches Megatron's legacy model
+    assert value_of(args, "--attention-backend") == "auto" and "--use-flash-attn" not in args
     assert value_of(args, "--fp8-format") == "hybrid"
     assert value_of(args, "--tokenizer-type") == "TikTokenizer"
     assert value_of(args, "--tiktoken-pattern") == "v2"
@@ -31,7 +38,7 @@ def test_pp1_has_no_stage_flags_and_bf16_has_no_fp8(llama8b, one_node):
     args = build_megatron_args(llama8b, lay, PATHS)
     assert not [a for a in args if "pipeline-num-layers" in a]
     assert not [a for a in args if a.startswith("--fp8")]
-    assert value_of(args, "--transformer-impl") == "local"
+    assert value_of(args, "--transformer-impl") == "transformer_engine"  # bf16 too: its fused attention
     assert "--sequence-parallel" in args
     assert value_of(args, "--recompute-granularity") == "selective"
     assert "--recompute-method" not in args
@@ -48,3 +55,45 @@ def test_short_runs_cap_the_warmup(tiny, one_node):
     args = build_megatron_args(tiny, lay, PATHS)
     assert value_of(args, "--lr-warmup-iters") == "5"
     assert all(isinstance(a, str) for a in args)
+
+
+@pytest.mark.parametrize(
+    ("precision", "impl", "flash", "backend", "scores"),
+    [
+        ("fp8", "transformer_engine", True, "auto", False),
+        ("fp8", "transformer_engine", False, "unfused", True),
+        ("bf16", "transformer_engine", True, "auto", False),
+        ("bf16", "transformer_engine", False, "unfused", True),
+        ("bf16", "local", True, None, True),
+        ("bf16", "local", False, None, True),
+    ],
+)
+def test_the_attention_rendered_is_the_one_the_memory_estimate_assumes(
+    llama8b, two_nodes, precision, impl, flash, backend, scores
+):
+    request = LayoutRequest(
+        tp=1, pp=2, precision=precision, transformer_impl=impl, flash_attention=flash, recompute="none"
+    )
+    lay = plan_layout(llama8b, two_nodes, request)
+    args = build_megatron_args(llama8b, lay, PATHS)
+    assert value_of(args, "--transformer-impl") == impl
+    assert (value_of(args, "--attention-backend") if "--attention-backend" in args else None) == backend
+    assert keeps_attention_scores(request) is scores
+    # the estimate's activations grow by the s x s scores exactly when the rendered attention keeps them
+    fused = layout_stage_memory(
+        llama8b, replace(lay, request=replace(request, transformer_impl="transformer_engine", flash_attention=True))
+    )
+    counted = layout_stage_memory(llama8b, lay)
+    s, a = lay.seq_length, llama8b.num_attention_heads
+    extra = counted[0].activations - fused[0].activations
+    per_layer_and_microbatch = 5 * a * s * s * lay.micro_batch_size
+    in_flight = min(lay.pp, lay.num_microbatches)
+    assert extra == (pytest.approx(per_layer_and_microbatch * lay.stage_layers[0] * in_flight) if scores else 0)
+    assert ("flash attention does not apply" in " ".join(lay.warnings)) is (impl == "local" and flash)
+
+
+def test_fp8_needs_transformer_engine(llama8b, two_nodes):
+    with pytest.raises(PlanError, match="precision=fp8 runs in Transformer Engine"):
+        plan_layout(llama8b, two_nodes, LayoutRequest(precision="fp8", transformer_impl="local"))
+    with pytest.raises(PlanError, match="transformer_impl 'te' is unknown"):
+        plan_layout(llama8b, two_nodes, LayoutRequest(precision="bf16", transformer_impl="te"))

@@ -63,10 +63,13 @@ def test_exp_name_names_the_run_and_checkpoint_dirs():
     assert default["run_dir"] == "/data/mtt-train-ops/runs/tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4/20261130-060020"
 
 
+CUDA_HOSTS = [dict(host, accelerator="cuda") for host in CPU_HOSTS]
+
+
 @pytest.mark.parametrize(
     ("hosts", "smoke", "job", "peak"),
-    [(CPU_HOSTS, False, "smoke", 1.0), (CPU_HOSTS, True, "smoke", 1.0), (MUSA_HOSTS, False, "megatron", 465.0)]
-    + [(MUSA_HOSTS, True, "smoke", 465.0)],
+    [(CPU_HOSTS, False, "smoke", None), (CPU_HOSTS, True, "smoke", None), (MUSA_HOSTS, False, "megatron", None)]
+    + [(MUSA_HOSTS, True, "smoke", None), (CUDA_HOSTS, False, "megatron", 989.0)],
 )
 def test_job_and_peak(hosts, smoke, job, peak):
     p = plan(hosts=hosts, smoke=smoke)
@@ -77,7 +80,19 @@ def test_job_and_peak(hosts, smoke, job, peak):
 
 
 def test_accelerator_peak_override():
-    assert plan(hosts=MUSA_HOSTS, accelerator_peak_tflops=500)["peak_tflops_per_card"] == 500.0
+    given = plan(hosts=MUSA_HOSTS, accelerator_peak_tflops=500)
+    assert given["peak_tflops_per_card"] == 500.0
+    assert given["peak_source"] == "500 TFLOP/s set by -e accelerator_peak_tflops"
+
+
+def test_the_peak_follows_the_runs_precision():
+    layout = dict(LAYOUT, precision="fp8")
+    fp8 = plan(hosts=CUDA_HOSTS, layout=layout)
+    assert fp8["peak_tflops_per_card"] == 1979.0
+    assert "peak         dense FP8 peak of the H100, 1979 TFLOP/s" in fp8["summary"]
+    unknown = plan(hosts=MUSA_HOSTS, layout=layout)
+    assert unknown["peak_tflops_per_card"] is None
+    assert "peak         unknown peak for S5000 fp8 (set -e accelerator_peak_tflops=...)" in unknown["summary"]
 
 
 def test_smoke_args_carry_the_plan():

@@ -182,10 +182,29 @@ def test_ranks_of_follows_rank_order(cpu_plan):
 
 
 def test_card_peak_is_none_on_a_cpu(cpu_plan, musa_plan):
-    assert cpu_plan["peak_tflops_per_card"] == 1.0  # the testbed's nominal card
+    assert cpu_plan["peak_tflops_per_card"] is None  # the testbed's nominal card has no peak
     assert card_peak_tflops(cpu_plan) is None
     assert musa_plan["card"] == "S5000"
-    assert card_peak_tflops(musa_plan) == 465.0
+    assert card_peak_tflops(musa_plan) is None  # no public dense peak for the S5000
+    assert musa_plan["peak_source"] == "unknown peak for S5000 bf16 (set -e accelerator_peak_tflops=...)"
+    assert card_peak_tflops(make(MUSA_HOSTS, accelerator_peak_tflops=465)) == 465.0
+
+
+def test_an_unknown_peak_is_said_not_guessed(tmp_path, musa_plan):
+    finished_run(tmp_path)
+    summary = write_report(str(tmp_path), musa_plan)
+    assert summary["model_tflops_per_card"]["mfu"] is None
+    assert "MFU          - (unknown peak for S5000 bf16 (set -e accelerator_peak_tflops=...))" in summary["table"]
+
+
+def test_printed_tflops_are_labelled_by_their_convention(tmp_path):
+    full = make(MUSA_HOSTS, printed_flops_convention="full", smoke=False, accelerator_peak_tflops=465)
+    finished_run(tmp_path)
+    summary = write_report(str(tmp_path), full)
+    assert summary["tflops_per_gpu"]["convention"] == "full attention, as this backend's Megatron counts"
+    line = next(x for x in summary["table"] if x.startswith("TFLOP/s"))
+    assert "as the job prints it (full attention, as this backend's Megatron counts)" in line
+    assert "from the plan's model FLOPs (model FLOPs of the plan's preset, causal attention)" in line
 
 
 @pytest.mark.parametrize(
@@ -368,7 +387,8 @@ def finished_run(root: Path) -> None:
     collect(root, "node2", "", {(0, "stdout"): memory[("node2", 0)], (1, "stdout"): stdout})
 
 
-def test_write_report_files_of_a_finished_run_on_cards(tmp_path, musa_plan):
+def test_write_report_files_of_a_finished_run_on_cards(tmp_path):
+    musa_plan = make(MUSA_HOSTS, accelerator_peak_tflops=465)  # a site that knows its card's peak
     finished_run(tmp_path)
     summary = write_report(str(tmp_path), musa_plan)
 
@@ -428,7 +448,7 @@ def test_cpu_run_has_no_mfu(tmp_path, cpu_plan):
     assert model["mfu"] is None and model["peak_tflops"] is None
     assert "smoke job" in model["note"]
     assert summary["tflops_per_gpu"]["mfu"] is None
-    assert "MFU          - against no stated peak (cpu)" in summary["table"]
+    assert "MFU          - (no peak on a CPU (an MFU would mean nothing))" in summary["table"]
     assert "memory       no device-memory lines (a CPU run, or Megatron's memory report is off)" in summary["table"]
     assert (tmp_path / "memory.jsonl").read_text() == ""
 

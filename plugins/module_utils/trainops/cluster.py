@@ -15,20 +15,31 @@ from .errors import PlanError
 
 ACCELERATORS = ("musa", "cuda", "cpu")
 
-#: Card facts by card name. ``memory_gib`` is the usable framebuffer,
-#: ``peak_bf16_tflops`` the dense BF16 peak used for MFU and the cost model,
-#: ``intra_busbw_gbps`` an all-reduce bus bandwidth inside one node.
-#: Peaks and bandwidths are stated assumptions: override them per site.
-CARDS: dict[str, dict[str, float]] = {
-    # 80 GiB; 465 TFLOP/s is the peak some vendor builds divide by for MFU;
-    # 234 GB/s is a public 8-card MCCL all-reduce measurement at 1 GiB.
-    "S5000": {"memory_gib": 80, "peak_bf16_tflops": 465, "intra_busbw_gbps": 234},
-    "S4000": {"memory_gib": 48, "peak_bf16_tflops": 100, "intra_busbw_gbps": 100},
-    "H100": {"memory_gib": 80, "peak_bf16_tflops": 989, "intra_busbw_gbps": 360},
-    "H200": {"memory_gib": 141, "peak_bf16_tflops": 989, "intra_busbw_gbps": 360},
-    # The CPU testbed: a nominal card so that the whole lifecycle can run.
-    "cpu": {"memory_gib": 16, "peak_bf16_tflops": 1, "intra_busbw_gbps": 5},
+#: Card facts by card name. ``memory_gib`` is the usable framebuffer; ``peak_tflops`` the dense (not sparse)
+#: tensor peak per precision, for MFU and the cost model, ``None`` where no public source states it;
+#: ``intra_busbw_gbps`` an all-reduce bus bandwidth inside one node. Override per site:
+#: ``-e accelerator_peak_tflops`` (the run's precision), ``accelerator_memory_gib``.
+CARDS: dict[str, dict[str, Any]] = {
+    # 80 GiB (81,920 MiB, as mthreads-gmi reports it). Peaks unknown: Moore Threads states "1000 TFLOPS
+    # of AI compute" per card (920 air-cooled; its 2026-02 S5000 disclosure, as reported by the press), which
+    # implies FP8 but is not stated as dense FP8; the 465 TFLOP/s some vendor Megatron builds divide by for MFU
+    # appears only in a commented-out line of the vendor patch, with no source. 234 GB/s: a public 8-card MCCL
+    # all-reduce bus bandwidth at 1 GiB.
+    "S5000": {"memory_gib": 80, "peak_tflops": {"bf16": None, "fp8": None}, "intra_busbw_gbps": 234},
+    # 48 GiB; BF16/FP16 100 TFLOP/s (Moore Threads' S4000 announcement, 2023-12: FP32 25, TF32 50, FP16/BF16
+    # 100, INT8 200 TOPS); third-generation MUSA has no FP8.
+    "S4000": {"memory_gib": 48, "peak_tflops": {"bf16": 100, "fp8": None}, "intra_busbw_gbps": 100},
+    # NVIDIA H100 SXM datasheet: BF16 1,979 and FP8 3,958 TFLOP/s "with sparsity", half that dense.
+    "H100": {"memory_gib": 80, "peak_tflops": {"bf16": 989, "fp8": 1979}, "intra_busbw_gbps": 360},
+    # NVIDIA H200 SXM datasheet: the same tensor peaks as H100 SXM (1,979 / 3,958 with sparsity), 141 GB.
+    "H200": {"memory_gib": 141, "peak_tflops": {"bf16": 989, "fp8": 1979}, "intra_busbw_gbps": 360},
+    # The CPU testbed: a nominal card so that the whole lifecycle can run; no peak (an MFU would mean nothing).
+    "cpu": {"memory_gib": 16, "peak_tflops": {"bf16": None, "fp8": None}, "intra_busbw_gbps": 5},
 }
+#: Where a card's peak for a precision is unknown, the cost model ranks layouts as if the card had an H100's
+#: (stated in the recommendation table). The ranking weighs compute against communication, so it needs a rate;
+#: its absolute tokens/s are then not that card's.
+REFERENCE_CARD = "H100"
 DEFAULT_CARD = {"musa": "S5000", "cuda": "H100", "cpu": "cpu"}
 #: Per-card share of the inter-node network (GB/s), e.g. one 200 Gb/s NIC per card.
 DEFAULT_INTER_BUSBW_GBPS = 25.0
@@ -52,13 +63,38 @@ class Cluster:
     accelerator: str
     card: str
     memory_gib: float
-    peak_bf16_tflops: float
+    #: Dense peak TFLOP/s per precision (``bf16``, ``fp8``); None where unknown.
+    peak_tflops: Mapping[str, float | None]
     intra_busbw_gbps: float
     inter_busbw_gbps: float
+    #: True when ``-e accelerator_peak_tflops`` set the peak.
+    peak_given: bool = False
 
     @property
     def master(self) -> Node:
         return self.nodes[0]
+
+    def peak(self, precision: str) -> float | None:
+        """The card's dense peak for ``precision``, or None when no public source states it."""
+        return self.peak_tflops.get(precision)
+
+    def peak_source(self, precision: str) -> str:
+        if self.peak_given:
+            return f"{self.peak(precision):g} TFLOP/s set by -e accelerator_peak_tflops"
+        if self.peak(precision) is None:
+            return f"unknown peak for {self.card} {precision} (set -e accelerator_peak_tflops=...)"
+        return f"dense {precision.upper()} peak of the {self.card}, {self.peak(precision):g} TFLOP/s"
+
+    def cost_model_tflops(self, precision: str) -> tuple[float, str | None]:
+        """The rate the cost model ranks with, and why it is not this card's own when it is not."""
+        own = self.peak(precision)
+        if own:
+            return own, None
+        reference = CARDS[REFERENCE_CARD]["peak_tflops"][precision]
+        return float(reference), (
+            f"ranked as if each card had the {REFERENCE_CARD}'s dense {precision.upper()} peak ({reference} TFLOP/s): "
+            f"{self.card} has no stated {precision} peak; tokens/s are relative (set -e accelerator_peak_tflops)"
+        )
 
     @property
     def world_size(self) -> int:
@@ -135,12 +171,16 @@ def cluster_from_hosts(
         parsed.sort(key=lambda p: not p[4])  # stable: the master first, others keep order
     nodes = tuple(Node(name=p[0], addr=p[1], slots=p[2], node_rank=i) for i, p in enumerate(parsed))
     facts = CARDS.get(card, CARDS["cpu"])
+    peaks = dict(facts["peak_tflops"]) if card in CARDS else {"bf16": None, "fp8": None}
+    if accelerator_peak_tflops:  # the site's figure for the run's precision (a plan has one)
+        peaks = dict.fromkeys(peaks, float(accelerator_peak_tflops))
     return Cluster(
         nodes=nodes,
         accelerator=parsed[0][3],
         card=card,
         memory_gib=float(accelerator_memory_gib or facts["memory_gib"]),
-        peak_bf16_tflops=float(accelerator_peak_tflops or facts["peak_bf16_tflops"]),
+        peak_tflops=peaks,
+        peak_given=bool(accelerator_peak_tflops),
         intra_busbw_gbps=float(facts["intra_busbw_gbps"]),
         inter_busbw_gbps=float(inter_busbw_gbps or DEFAULT_INTER_BUSBW_GBPS),
     )

@@ -21,6 +21,8 @@ from .model import ModelSpec
 
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
+#: Megatron's --transformer-impl: Transformer Engine layers (FP8, fused attention), or Megatron's own (local).
+TRANSFORMER_IMPLS = ("transformer_engine", "local")
 #: How much slower than the best split an even split may be and still be chosen.
 BALANCE_TOLERANCE = 0.05
 
@@ -43,7 +45,11 @@ class LayoutRequest:
     distributed_optimizer: bool = True
     #: None: on when tp > 1 (Megatron turns it off at tp = 1 anyway).
     sequence_parallel: bool | None = None
+    #: A memory-efficient fused attention kernel (flash or cuDNN), through Transformer Engine; False: unfused.
     flash_attention: bool = True
+    #: ``transformer_engine`` (default, and needed by fp8) or ``local`` (Megatron's own layers, whose attention is
+    #: the plain DotProductAttention: it keeps the s x s scores, whatever flash_attention says).
+    transformer_impl: str = "transformer_engine"
     megatron_version: str = "0.14"
     #: Optional overrides of the computed uneven pipeline split.
     first_stage_layers: int | None = None
@@ -52,6 +58,20 @@ class LayoutRequest:
 
 
 DEFAULT_NUM_MICROBATCHES = 128
+
+
+def attention_kind(req: LayoutRequest) -> str:
+    """The attention the launch runs: ``fused`` (Transformer Engine's flash or cuDNN kernel, --attention-backend
+    auto), ``unfused`` (Transformer Engine, --attention-backend unfused) or ``local`` (Megatron's own
+    DotProductAttention). Only ``fused`` avoids keeping the s x s scores."""
+    if req.transformer_impl == "local":
+        return "local"
+    return "fused" if req.flash_attention else "unfused"
+
+
+def keeps_attention_scores(req: LayoutRequest) -> bool:
+    """Whether the attention that runs keeps the s x s scores (the memory estimate counts them then)."""
+    return attention_kind(req) != "fused"
 
 
 @dataclass(frozen=True)
@@ -246,8 +266,22 @@ def plan_layout(model: ModelSpec, cluster: Cluster, req: LayoutRequest) -> Layou
         problems.append(f"precision {req.precision!r} is unknown; use one of {', '.join(PRECISIONS)}")
     if req.recompute not in RECOMPUTE:
         problems.append(f"recompute {req.recompute!r} is unknown; use one of {', '.join(RECOMPUTE)}")
+    if req.transformer_impl not in TRANSFORMER_IMPLS:
+        problems.append(
+            f"transformer_impl {req.transformer_impl!r} is unknown; use one of {', '.join(TRANSFORMER_IMPLS)}"
+        )
+    elif req.precision == "fp8" and req.transformer_impl != "transformer_engine":
+        problems.append(
+            "precision=fp8 runs in Transformer Engine: use transformer_impl=transformer_engine, or precision=bf16 "
+            "with transformer_impl=local"
+        )
     if problems:
         raise PlanError(problems)
+    if req.transformer_impl == "local" and req.flash_attention:
+        warnings.append(
+            "transformer_impl=local runs Megatron's plain DotProductAttention, which keeps the s x s attention "
+            "scores: flash attention does not apply, and the memory estimate counts the scores"
+        )
 
     tp, pp, cp, mbs = req.tp, req.pp, req.cp, req.mbs
     vpp = req.vpp if req.vpp and req.vpp > 1 else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .layout import Layout
+from .layout import Layout, attention_kind
 from .model import ModelSpec
 
 
@@ -139,16 +139,18 @@ def build_megatron_args(
         str(req.train_iters),
     ]
 
-    # Precision.
+    # Precision, layers and attention: the attention rendered is the one the memory estimate assumes
+    # (layout.attention_kind). --use-flash-attn is not rendered: Megatron core 0.14 reads it only in the legacy
+    # model; the core GPT model's attention follows --transformer-impl and --attention-backend.
     args += ["--bf16", "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32"]
+    args += ["--transformer-impl", req.transformer_impl]
     if req.precision == "fp8":
-        args += ["--transformer-impl", "transformer_engine", "--fp8-format", "hybrid"]
+        args += ["--fp8-format", "hybrid"]
         if req.distributed_optimizer:
             args.append("--fp8-param-gather")
-    else:
-        args += ["--transformer-impl", "local"]
-    if req.flash_attention:
-        args.append("--use-flash-attn")
+    kind = attention_kind(req)
+    if kind != "local":  # Megatron's own layers always run the plain DotProductAttention
+        args += ["--attention-backend", "auto" if kind == "fused" else "unfused"]
     if req.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif req.recompute == "selective":

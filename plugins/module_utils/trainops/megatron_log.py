@@ -1,6 +1,7 @@
 """Stream-parse Megatron-LM training logs: iterations, memory, failures, validation, summary.
 
-Lines recognised (every variant of ``shared/reference/megatron.md``, "Log lines"):
+Lines recognised (the variants of Megatron-LM's own log lines seen in public logs; real excerpts are under
+``tests/fixtures/megatron-logs/``):
 
 * the **iteration line** printed by the last global rank::
 

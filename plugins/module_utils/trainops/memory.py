@@ -16,8 +16,9 @@ Two functions:
 Terms (Korthikanti et al. 2022, Table 2), per transformer layer and
 micro-batch, in bytes: ``s*b*h*(18 + 4*ffn/h)`` kept for backward, all of it
 split over TP with sequence parallel, ``10*s*b*h`` replicated without it.
-Without recompute and without flash attention the attention scores add
-``5*a*s*s*b``. Full recompute keeps only each layer's input (``2*s*b*h``) plus
+Without flash attention (an unfused kernel, or Megatron's local DotProductAttention) the attention scores
+add ``5*a*s*s*b``: to every layer's kept activations without recompute, to the one layer being recomputed with
+full recompute; selective recompute recomputes them. Full recompute keeps only each layer's input (``2*s*b*h``) plus
 one layer's working set while it is recomputed.
 """
 
@@ -109,7 +110,9 @@ def layer_activation_bytes(
         working = s * b * h * (10 + split) / tp
     else:
         working = s * b * h * (10 + split / tp)
-    if recompute == "none" and not flash_attention:
+    if recompute != "selective" and not flash_attention:
+        # the scores of an unfused attention: kept for backward without recompute; one layer's worth while a
+        # layer is recomputed under full recompute (selective recompute recomputes exactly this part)
         working += 5 * model.num_attention_heads * s * s * b / tp
     if recompute == "full":
         kept = 2 * s * b * h / (tp if sequence_parallel else 1)

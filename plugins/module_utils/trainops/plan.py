@@ -17,7 +17,7 @@ from .cluster import Cluster, cluster_from_hosts
 from .dataset_manifest import ManifestError, epochs, manifest_for_plan
 from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
-from .layout import Layout, LayoutRequest, plan_layout
+from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_scores, plan_layout
 from .megatron_args import RunPaths, TrainingConfig, build_megatron_args, check_training
 from .memory import GIB, megatron_theoretical
 from .model import ModelSpec, model_from_dict
@@ -26,6 +26,9 @@ from .tokenizer import TYPES as TOKENIZER_TYPES
 from .tokenizer import TokenizerFormatError, megatron_tokenizer
 
 DEFAULT_HEADROOM = 0.10
+#: How a Megatron counts the FLOPs behind the TFLOP/s it prints: causal attention (upstream core >= 0.12) or
+#: full attention (older cores, and the vendor MUSA patch's own FLOP function).
+FLOPS_CONVENTIONS = ("causal", "full")
 
 
 _TRUE = ("true", "yes", "on", "1")
@@ -135,6 +138,9 @@ def memory_report(model: ModelSpec, cluster: Cluster, layout: Layout, headroom: 
             "weights_and_optimizer": round(theory["weight_and_optimizer"] / GIB, 3),
             "activations_selective_sp": round(theory["activation"] / GIB, 3),
         },
+        # the attention the launch runs (layout.attention_kind) and whether the estimate counts its s x s scores
+        "attention": attention_kind(req),
+        "attention_scores_counted": keeps_attention_scores(req),
     }
 
 
@@ -159,11 +165,14 @@ def make_plan(
     smoke: bool = False,
     manifest: Mapping[str, Any] | None = None,
     tokenizer_path_given: bool = True,
+    printed_flops_convention: str = "causal",
 ) -> dict[str, Any]:
     """Validate and derive the whole plan; raise :class:`PlanError` listing every problem.
 
     ``exp_name`` replaces the layout-derived experiment name (``tp1_pp2_..._gpus16``) in the run and
-    checkpoint paths; ``smoke`` makes the launch run the project's smoke job instead of ``pretrain_gpt.py``.
+    checkpoint paths; ``smoke`` makes the launch run the project's smoke job instead of ``pretrain_gpt.py``;
+    ``printed_flops_convention`` is how the backend's Megatron counts the TFLOP/s it prints (``causal`` as
+    upstream core >= 0.12, or ``full`` attention), from the backend profile.
     """
     problems: list[str] = []
     problems += exp_name_problems(exp_name)
@@ -178,6 +187,10 @@ def make_plan(
         problems += exc.problems
     request = _dataclass_from(LayoutRequest, layout, problems, "layout")
     train_cfg = _dataclass_from(TrainingConfig, training or {}, problems, "training")
+    if printed_flops_convention not in FLOPS_CONVENTIONS:
+        problems.append(
+            f"printed_flops_convention {printed_flops_convention!r} must be one of {', '.join(FLOPS_CONVENTIONS)}"
+        )
     if not 0 <= memory_headroom_fraction < 1:
         problems.append(f"memory_headroom_fraction must be in [0, 1), got {memory_headroom_fraction}")
     if not isinstance(master_port, int) or not 1024 <= master_port <= 65535:
@@ -301,7 +314,10 @@ def make_plan(
         # Megatron's GPT model needs a card: on the CPU backend the launch always runs the smoke job.
         "job": "smoke" if smoke or cluster.accelerator == "cpu" else "megatron",
         "smoke_args": smoke_args(lay, request.train_iters, paths, train_cfg),
-        "peak_tflops_per_card": cluster.peak_bf16_tflops,
+        # the card's dense peak at the run's precision (None: no public figure), for MFU
+        "peak_tflops_per_card": cluster.peak(request.precision),
+        "peak_source": cluster.peak_source(request.precision),
+        "printed_flops_convention": printed_flops_convention,
         "resume": None,
         "dataset": None
         if dataset is None
@@ -318,7 +334,8 @@ def make_plan(
     plan["summary"] = summary_lines(plan)
     if recommendations is not None:
         plan["recommendations"] = recommendations
-        plan["recommendation_table"] = recommendation_lines(recommendations)
+        _, assumed = cluster.cost_model_tflops(request.precision)
+        plan["recommendation_table"] = ([f"note: {assumed}"] if assumed else []) + recommendation_lines(recommendations)
     return plan
 
 
@@ -393,6 +410,16 @@ def _stage_text(plan: Mapping[str, Any]) -> str:
     return f"{layers}" + (f" ({', '.join(flags)})" if flags else " (even split, no stage flags)")
 
 
+def _attention_text(memory: Mapping[str, Any]) -> str:
+    kind = memory.get("attention")
+    text = {
+        "fused": "Transformer Engine, fused (flash or cuDNN; --attention-backend auto): no s x s scores kept",
+        "unfused": "Transformer Engine, unfused (--attention-backend unfused): the s x s scores are counted",
+        "local": "Megatron's own DotProductAttention (--transformer-impl local): the s x s scores are counted",
+    }
+    return text.get(kind, "-")
+
+
 def summary_lines(plan: Mapping[str, Any]) -> list[str]:
     """The readable plan summary printed by plan.yml and train.yml."""
     mem = plan["memory_gib"]
@@ -412,6 +439,8 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         f"compute      {plan['flops_per_iteration'] / 1e15:.2f} PFLOP/iteration (causal; "
         f"{plan['flops_per_iteration_full_attention'] / 1e15:.2f} full-attention), "
         f"{plan['tokens_per_iteration']:,} tokens/iteration",
+        f"attention    {_attention_text(plan['memory_gib'])}",
+        f"peak         {plan['peak_source']}",
         f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']})",
         f"dataset      {plan['data_path']}"
         + (

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from .cluster import Cluster
 from .errors import PlanError
 from .flops import flops_per_iteration, layer_flops_per_token, output_layer_flops_per_token
-from .layout import Layout, LayoutRequest, divisors, parse_version, plan_layout, tp_allowed
+from .layout import Layout, LayoutRequest, divisors, keeps_attention_scores, parse_version, plan_layout, tp_allowed
 from .memory import GIB, StageMemory, estimate_stages, parameter_counts
 from .model import ModelSpec
 
@@ -68,7 +68,7 @@ def layout_stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
         distributed_optimizer=req.distributed_optimizer,
         sequence_parallel=layout.sequence_parallel,
         recompute=req.recompute,
-        flash_attention=req.flash_attention,
+        flash_attention=not keeps_attention_scores(req),
     )
 
 
@@ -95,7 +95,8 @@ def estimate(model: ModelSpec, cluster: Cluster, layout: Layout, headroom_fracti
     width = h / tp
     tokens = b * s / layout.cp
     efficiency = BASE_EFFICIENCY * (width / (width + 512)) * (tokens / (tokens + 1024))
-    compute = hardware / (world * cluster.peak_bf16_tflops * 1e12 * efficiency)
+    rate, _ = cluster.cost_model_tflops(req.precision)
+    compute = hardware / (world * rate * 1e12 * efficiency)
 
     unit = layer_flops_per_token(model, s)
     stage_cost = [n * unit for n in layout.stage_layers]
