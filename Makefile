@@ -5,7 +5,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 PLAYBOOKS := $(wildcard playbooks/*.yml) $(wildcard *.yml)
 
-.PHONY: demo setup plan test test-fast lint bench clean testbed-up testbed-down molecule
+.PHONY: demo setup plan test test-fast lint bench clean testbed-up testbed-down molecule card-check megatron-src
 
 setup: $(VENV)/.installed
 
@@ -58,6 +58,18 @@ lint: setup
 	$(BIN)/shellcheck testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \
 		testbed/images/training-suite-standin/rootfs/usr/local/bin/mthreads-gmi \
 		testbed/images/training-suite-standin/rootfs/usr/local/musa/mccl_test/all_reduce_perf
+
+## Megatron-LM core_v0.14.0's source into third_party/ (git-ignored), from a local clone: MEGATRON_GIT=<dir>.
+MEGATRON_TAG ?= core_v0.14.0
+megatron-src:
+	@test -n "$(MEGATRON_GIT)" || { echo "set MEGATRON_GIT to a clone of NVIDIA/Megatron-LM"; exit 1; }
+	rm -rf third_party/Megatron-LM && mkdir -p third_party/Megatron-LM
+	git -C "$(MEGATRON_GIT)" archive $(MEGATRON_TAG) | tar -x -C third_party/Megatron-LM
+	du -sh third_party/Megatron-LM
+
+## The Megatron launch on this machine's CUDA cards (tools/card_check.py); CARD_CHECK_ARGS=--dry-run without cards.
+card-check:
+	python3 tools/card_check.py --megatron third_party/Megatron-LM --out card-check $(CARD_CHECK_ARGS)
 
 bench: setup
 	$(BIN)/python benchmarks/recommend_sweep.py

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -65,14 +64,8 @@ def cluster(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
-    """Quote an argument vector for bash, one ``--flag value...`` group per continued line."""
-    groups: list[list[str]] = []
-    for arg in args:
-        if arg.startswith("--") or not groups:
-            groups.append([])
-        groups[-1].append(shlex.quote(str(arg)))
-    pad = " " * indent
-    return " \\\n".join(pad + " ".join(group) for group in groups)
+    """Quote an argument vector for bash, one ``--flag value...`` group per continued line (trainops.shell)."""
+    return _core("shell").shell_arg_lines(args, indent)
 
 
 def plan_with_resume(plan: Mapping[str, Any], tracker: str | None, moved_to: str | None = None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from trainops.errors import PlanError
 from trainops.layout import LayoutRequest, keeps_attention_scores, plan_layout
-from trainops.megatron_args import RunPaths, build_megatron_args
+from trainops.megatron_args import RunPaths, TrainingConfig, build_megatron_args, check_training
 from trainops.recommend import layout_stage_memory
 
 PATHS = RunPaths("/data/d", "/data/tok/vocab.json", "TikTokenizer", "/w/ck", "/w/tb")
@@ -97,3 +97,20 @@ def test_fp8_needs_transformer_engine(llama8b, two_nodes):
         plan_layout(llama8b, two_nodes, LayoutRequest(precision="fp8", transformer_impl="local"))
     with pytest.raises(PlanError, match="transformer_impl 'te' is unknown"):
         plan_layout(llama8b, two_nodes, LayoutRequest(precision="bf16", transformer_impl="te"))
+
+
+def test_mock_data_no_checkpoints_and_no_fused_kernels(llama8b, one_node):
+    lay = plan_layout(llama8b, one_node, LayoutRequest(precision="bf16", transformer_impl="local"))
+    paths = RunPaths("mock", "", "NullTokenizer", "/w/ck", "/w/tb")
+    training = TrainingConfig(save_interval=0, fused_kernels=False)
+    args = build_megatron_args(llama8b, lay, paths, training)
+    assert "--mock-data" in args and "--data-path" not in args and "--tokenizer-model" not in args
+    assert value_of(args, "--tokenizer-type") == "NullTokenizer"
+    assert value_of(args, "--vocab-size") == str(llama8b.vocab_size - 1)  # NullTokenizer adds its eod
+    assert not {"--save", "--load", "--save-interval"} & set(args)
+    assert {"--no-gradient-accumulation-fusion", "--no-rope-fusion"} <= set(args)
+    default = build_megatron_args(llama8b, lay, PATHS)
+    assert value_of(default, "--save") == "/w/ck" and "--no-rope-fusion" not in default
+    assert check_training(TrainingConfig(save_interval=-1), 100) == [
+        "save_interval must be a whole number of iterations >= 0 (0: no checkpoints), got -1"
+    ]

@@ -29,6 +29,7 @@ class TrainingConfig:
     clip_grad: float = 1.0
     seed: int = 42
     log_interval: int = 1
+    #: 0: no checkpoints (no --save, --load or --save-interval; a run that does not resume, such as a card check).
     save_interval: int = 1000
     eval_interval: int = 1000
     eval_iters: int = 10
@@ -39,6 +40,14 @@ class TrainingConfig:
     #: Megatron's --log-straggler (rank 0 prints every rank's compute time and throughput at each log interval);
     #: the layout role sets it from the backend profile (``megatron_log_straggler``) unless -e log_straggler.
     log_straggler: bool = False
+    #: The container has Transformer Engine or Apex for Megatron's fused kernels. False (a bare PyTorch, as on a
+    #: card-check machine) renders --no-gradient-accumulation-fusion and --no-rope-fusion, which need them.
+    fused_kernels: bool = True
+
+
+#: ``data_path`` value that trains on Megatron's mock dataset (--mock-data) with its NullTokenizer: no dataset
+#: and no tokenizer file needed (a card check, a launch rehearsal).
+MOCK_DATA = "mock"
 
 
 @dataclass(frozen=True)
@@ -175,17 +184,24 @@ def build_megatron_args(
         _num(t.clip_grad),
     ]
 
-    args += [
-        "--data-path",
-        paths.data_path,
-        "--split",
-        t.split,
-        "--tokenizer-type",
-        paths.tokenizer_type,
-        "--tokenizer-model",
-        paths.tokenizer_model,
-    ]
-    if paths.tokenizer_type == "TikTokenizer":
+    if not t.fused_kernels:
+        args += ["--no-gradient-accumulation-fusion", "--no-rope-fusion"]
+
+    if paths.data_path == MOCK_DATA:
+        # NullTokenizer's vocabulary is --vocab-size + 1 (its end-of-document id); Megatron pads it as usual
+        args += ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab_size - 1)]
+    else:
+        args += [
+            "--data-path",
+            paths.data_path,
+            "--split",
+            t.split,
+            "--tokenizer-type",
+            paths.tokenizer_type,
+            "--tokenizer-model",
+            paths.tokenizer_model,
+        ]
+    if paths.data_path != MOCK_DATA and paths.tokenizer_type == "TikTokenizer":
         pattern = str(model.tokenizer_options.get("tiktoken_pattern", "v2"))
         args += ["--tiktoken-pattern", pattern]
         special = model.tokenizer_options.get("tiktoken_num_special_tokens")
@@ -204,15 +220,17 @@ def build_megatron_args(
         str(t.eval_interval),
         "--eval-iters",
         str(t.eval_iters),
-        "--save",
-        paths.checkpoint_dir,
-        "--load",
-        paths.checkpoint_dir,
-        "--save-interval",
-        str(t.save_interval),
-        "--distributed-timeout-minutes",
-        str(t.distributed_timeout_minutes),
     ]
+    if t.save_interval:
+        args += [
+            "--save",
+            paths.checkpoint_dir,
+            "--load",
+            paths.checkpoint_dir,
+            "--save-interval",
+            str(t.save_interval),
+        ]
+    args += ["--distributed-timeout-minutes", str(t.distributed_timeout_minutes)]
     if t.log_straggler:
         args.append("--log-straggler")
         # Between 1 and the world size, the report lists the N slowest and N fastest ranks: world - 1 lists all.
@@ -238,6 +256,11 @@ def check_training(training: TrainingConfig, train_iters: int) -> list[str]:
         )
     if training.min_lr > training.lr:
         problems.append(f"min_lr={training.min_lr} is above lr={training.lr}")
+    if not isinstance(training.save_interval, int) or training.save_interval < 0:
+        problems.append(
+            f"save_interval must be a whole number of iterations >= 0 (0: no checkpoints), got "
+            f"{training.save_interval!r}"
+        )
     if not isinstance(training.distributed_timeout_minutes, int) or training.distributed_timeout_minutes < 1:
         problems.append(
             f"distributed_timeout_minutes must be a whole number of minutes >= 1, got "

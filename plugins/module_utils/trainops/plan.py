@@ -18,7 +18,7 @@ from .dataset_manifest import ManifestError, epochs, manifest_for_plan
 from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
 from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_scores, plan_layout
-from .megatron_args import RunPaths, TrainingConfig, build_megatron_args, check_training
+from .megatron_args import MOCK_DATA, RunPaths, TrainingConfig, build_megatron_args, check_training
 from .memory import GIB, megatron_theoretical
 from .model import ModelSpec, model_from_dict
 from .recommend import describe, layout_stage_memory, memory_limit_gib, recommend
@@ -224,7 +224,10 @@ def make_plan(
 
     if dataset is not None:
         tokenizer_type, tokenizer_path = dataset["tokenizer_type"], dataset["tokenizer_path"]
-    tok_type, tok_model, tok_source = resolve_tokenizer(tokenizer_type, tokenizer_path, spec)
+    if data_path == MOCK_DATA:
+        tok_type, tok_model, tok_source = "NullTokenizer", "", "Megatron's mock data (data_path=mock)"
+    else:
+        tok_type, tok_model, tok_source = resolve_tokenizer(tokenizer_type, tokenizer_path, spec)
     if dataset is not None:
         tok_source = f"from the dataset's manifest {data_path}.manifest.json"
     memory = memory_report(spec, cluster, lay, memory_headroom_fraction)
@@ -353,32 +356,38 @@ def exp_name_problems(name: str | None) -> list[str]:
 
 def smoke_args(lay: Layout, train_iters: int, paths: RunPaths, training: TrainingConfig) -> list[str]:
     """Arguments of ``jobs/smoke_train.py`` for this plan: the planned layout, batch and paths."""
-    return [
-        "--tp",
-        str(lay.tp),
-        "--pp",
-        str(lay.pp),
-        "--cp",
-        str(lay.cp),
-        "--train-iters",
-        str(train_iters),
-        "--micro-batch-size",
-        str(lay.micro_batch_size),
-        "--global-batch-size",
-        str(lay.global_batch_size),
-        "--seq-length",
-        str(lay.seq_length),
-        "--data-path",
-        paths.data_path,
-        "--save",
-        paths.checkpoint_dir,
-        "--load",
-        paths.checkpoint_dir,
-        "--save-interval",
-        str(training.save_interval),
-        "--distributed-timeout-minutes",
-        str(training.distributed_timeout_minutes),
-    ]
+    return (
+        [
+            "--tp",
+            str(lay.tp),
+            "--pp",
+            str(lay.pp),
+            "--cp",
+            str(lay.cp),
+            "--train-iters",
+            str(train_iters),
+            "--micro-batch-size",
+            str(lay.micro_batch_size),
+            "--global-batch-size",
+            str(lay.global_batch_size),
+            "--seq-length",
+            str(lay.seq_length),
+        ]
+        + (["--data-path", paths.data_path] if paths.data_path != MOCK_DATA else [])
+        + (
+            [
+                "--save",
+                paths.checkpoint_dir,
+                "--load",
+                paths.checkpoint_dir,
+                "--save-interval",
+                str(training.save_interval),
+            ]
+            if training.save_interval
+            else []
+        )
+        + ["--distributed-timeout-minutes", str(training.distributed_timeout_minutes)]
+    )
 
 
 def with_resume(plan: Mapping[str, Any], latest_iteration: int | None, moved_to: str | None = None) -> dict[str, Any]:
