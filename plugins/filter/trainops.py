@@ -77,12 +77,30 @@ def plan_with_resume(plan: Mapping[str, Any], tracker: str | None, moved_to: str
     return _core("plan").with_resume(plan, iteration, moved_to or None)
 
 
+def watch_problems(raw: Mapping[str, Any]) -> list[str]:
+    """Every problem of the watcher's options (trainops.watch.watch_options), empty when they are good."""
+    try:
+        _core("watch").watch_options(raw)
+    except _core("errors").PlanError as exc:
+        return exc.problems
+    return []
+
+
 def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The watcher's options checked and converted (trainops.watch.watch_options); a bad one is refused."""
     try:
         return _core("watch").watch_options(raw)
     except _core("errors").PlanError as exc:
         raise AnsibleFilterError("; ".join(exc.problems)) from None
+
+
+def controller_path(value: Any, option: str) -> str:
+    """A controller path the user gave (``-e plan_dir``, ``-e runs_dir``), absolute against the directory
+    ansible-playbook was started in (not the playbook's); an empty one is refused, naming the option."""
+    text = "" if value is None else str(value)
+    if not text.strip():
+        raise AnsibleFilterError(f"-e {option}= is empty: give a directory, or leave {option} out for its default")
+    return os.path.abspath(os.path.expanduser(text))
 
 
 def _filter_error(name: str, parse: Callable[..., Any]) -> Callable[..., Any]:
@@ -122,6 +140,8 @@ class FilterModule:
             "trainops_shell_arg_lines": shell_arg_lines,
             "trainops_plan_with_resume": plan_with_resume,
             "trainops_watch_options": watch_options,
+            "trainops_watch_problems": watch_problems,
+            "trainops_controller_path": controller_path,
             "parse_mthreads_gmi": parse_mthreads_gmi,
             "parse_mthreads_gmi_full": parse_mthreads_gmi_full,
             "parse_nvidia_smi": parse_nvidia_smi,

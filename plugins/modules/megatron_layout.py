@@ -66,15 +66,15 @@ options:
     required: true
   master_port:
     description: The rendezvous port on the master.
-    type: int
+    type: raw
     default: 14388
   accelerator_memory_gib:
     description: Memory of one card in GiB; defaults by card (S5000 80, S4000 48, H100 80, H200 141).
-    type: float
+    type: raw
   accelerator_peak_tflops:
     description: Dense peak of one card at the run's precision, for the cost model and MFU; defaults by card and
       precision where a public source states it (H100/H200 989 BF16, 1979 FP8; S4000 100 BF16), else unknown.
-    type: float
+    type: raw
   printed_flops_convention:
     description: How the backend's Megatron counts the TFLOP/s it prints (from the backend profile).
     type: str
@@ -82,15 +82,15 @@ options:
     default: causal
   memory_headroom_fraction:
     description: Share of the card kept free for the allocator, workspaces and FP8 buffers.
-    type: float
+    type: raw
     default: 0.1
   force:
     description: Accept a layout that does not fit in memory.
-    type: bool
+    type: raw
     default: false
   recommend:
     description: Also rank every valid layout of the cluster by estimated tokens/s per card.
-    type: bool
+    type: raw
     default: false
   exp_name:
     description:
@@ -99,7 +99,7 @@ options:
     type: str
   smoke:
     description: Launch the project's smoke job instead of C(pretrain_gpt.py) (always so on the cpu backend).
-    type: bool
+    type: raw
     default: false
   manifest:
     description:
@@ -179,15 +179,15 @@ def main() -> None:
                 "choices": ["TikTokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer"],
             },
             "run_id": {"type": "str", "required": True},
-            "master_port": {"type": "int", "default": 14388},
-            "accelerator_memory_gib": {"type": "float"},
-            "accelerator_peak_tflops": {"type": "float"},
+            "master_port": {"type": "raw", "default": 14388},
+            "accelerator_memory_gib": {"type": "raw"},
+            "accelerator_peak_tflops": {"type": "raw"},
             "printed_flops_convention": {"type": "str", "default": "causal", "choices": ["causal", "full"]},
-            "memory_headroom_fraction": {"type": "float", "default": 0.1},
-            "force": {"type": "bool", "default": False},
-            "recommend": {"type": "bool", "default": False},
+            "memory_headroom_fraction": {"type": "raw", "default": 0.1},
+            "force": {"type": "raw", "default": False},
+            "recommend": {"type": "raw", "default": False},
             "exp_name": {"type": "str"},
-            "smoke": {"type": "bool", "default": False},
+            "smoke": {"type": "raw", "default": False},
             "manifest": {"type": "dict"},
             "tokenizer_path_given": {"type": "bool", "default": True},
         },

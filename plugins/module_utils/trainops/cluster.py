@@ -7,6 +7,8 @@ ranks follow inventory order with the master moved to rank 0.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +108,36 @@ class Cluster:
         return min(n.slots for n in self.nodes)
 
 
+#: An inventory host name becomes a directory name (logs/<node>, hang/<node>) and a label in every script:
+#: letters, digits, '.', '_' and '-', starting with a letter or digit.
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
+
+
+def name_problem(name: str) -> str | None:
+    """Why an inventory host name cannot be a node's name, or None."""
+    if _SAFE_NAME.match(name) and name not in (".", ".."):
+        return None
+    return (
+        f"node {name!r}: an inventory host name becomes a directory name and a label on every node; use letters, "
+        "digits, '.', '_' and '-' (at most 63, starting with a letter or digit), and keep the address in ansible_host"
+    )
+
+
+def address_problem(name: str, key: str, addr: str) -> str | None:
+    """Why ``addr`` is neither an IP address nor a host name, or None (names are not resolved here)."""
+    try:
+        ipaddress.ip_address(addr)
+        return None
+    except ValueError:
+        pass
+    if _HOSTNAME.match(addr) and not re.fullmatch(r"[\d.]+", addr):  # dotted digits must be an IP address
+        return None
+    return f"node {name}: {key} {addr!r} is neither an IP address nor a valid host name"
+
+
 def _positive_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
@@ -133,6 +165,11 @@ def cluster_from_hosts(
     for host in hosts:
         name = str(host.get("name") or host.get("inventory_hostname") or "?")
         addr = host.get("node_addr") or host.get("ansible_host") or name
+        if problem := name_problem(name):
+            problems.append(problem)
+        for key in ("ansible_host", "node_addr"):
+            if key in host and (problem := address_problem(name, key, str(host[key]).strip())):
+                problems.append(problem)
         slots = _positive_int(host.get("slots", 8))
         if slots is None or not 1 <= slots <= 16:
             problems.append(f"node {name}: slots must be an integer 1..16, got {host.get('slots')!r}")

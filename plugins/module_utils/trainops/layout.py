@@ -230,9 +230,12 @@ def _explicit_split(
             return None
         return (first, last), None, last
     if rest < middles or rest % middles or (rest // middles) % step:
+        given = " + ".join(f"{k}={v}" for k, v in (("first_stage_layers", first), ("last_stage_layers", last)) if v)
         problems.append(
-            f"the {rest} layers left for the {middles} middle stage(s) do not split evenly"
+            f"{given} leaves {rest} of the model's {num_layers} layers for the other {middles} stage(s), which "
+            "do not split evenly"
             + (f" into multiples of vpp={step}" if vpp else "")
+            + f"; the other stages need at least {middles * step} layers, equal and a multiple of {step}"
         )
         return None
     mid = rest // middles
@@ -372,6 +375,11 @@ def plan_layout(model: ModelSpec, cluster: Cluster, req: LayoutRequest) -> Layou
     if sequence_parallel and tp == 1:
         warnings.append("sequence parallel has no effect at tp=1; Megatron turns it off")
         sequence_parallel = False
+    if sequence_parallel and req.seq_length % tp:
+        problems.append(
+            f"seq_length {req.seq_length} is not divisible by tp={tp}, which sequence parallelism splits it over; "
+            f"use a seq_length that is a multiple of {tp}, or sequence_parallel=false"
+        )
     if req.precision == "fp8" and model.hidden_size % 16:
         problems.append(f"fp8 needs hidden_size divisible by 16; {model.hidden_size} is not")
 

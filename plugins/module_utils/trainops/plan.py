@@ -36,9 +36,13 @@ _FALSE = ("false", "no", "off", "0")
 
 
 def _coerce(kind: str, key: str, value: Any, problems: list[str]) -> Any:
-    """Turn ``-e`` strings into the field's type; record a problem when impossible."""
+    """Turn ``-e`` strings into the field's type; record a problem when impossible. An empty value (``-e tp=``)
+    is a problem, never the default: leaving the option out gives the default."""
     base = kind.replace(" | None", "")
-    if value is None or (isinstance(value, str) and value.strip() == ""):
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip() == "":
+        problems.append(f"-e {key}= is empty: give a value, or leave {key} out for its default")
         return None
     if base != "str" and isinstance(value, str) and value.strip().lower() in ("none", "null"):
         return None
@@ -59,7 +63,8 @@ def _coerce(kind: str, key: str, value: Any, problems: list[str]) -> Any:
         if base == "str":
             return str(value)
     except (TypeError, ValueError):
-        problems.append(f"{key} must be {'an integer' if base == 'int' else 'a ' + base}, got {value!r}")
+        wanted = {"int": "an integer", "float": "a number", "bool": "true or false"}.get(base, "a " + base)
+        problems.append(f"{key} must be {wanted}, got {value!r}")
         return None
     return value
 
@@ -175,7 +180,22 @@ def make_plan(
     upstream core >= 0.12, or ``full`` attention), from the backend profile.
     """
     problems: list[str] = []
+    # options the playbooks pass as given (strings from -e): converted here, a bad one named
+    master_port = _coerce("int", "master_port", master_port, problems)
+    accelerator_memory_gib = _coerce("float | None", "accelerator_memory_gib", accelerator_memory_gib, problems)
+    accelerator_peak_tflops = _coerce("float | None", "accelerator_peak_tflops", accelerator_peak_tflops, problems)
+    memory_headroom_fraction = _coerce("float", "memory_headroom_fraction", memory_headroom_fraction, problems)
+    force = bool(_coerce("bool", "force", force, problems))
+    want_recommendations = bool(_coerce("bool", "recommend", want_recommendations, problems))
+    smoke = bool(_coerce("bool", "smoke", smoke, problems))
+    for key, value in (
+        ("accelerator_memory_gib", accelerator_memory_gib),
+        ("accelerator_peak_tflops", accelerator_peak_tflops),
+    ):
+        if value is not None and value <= 0:
+            problems.append(f"-e {key}={value:g} must be a positive number")
     problems += exp_name_problems(exp_name)
+    problems += path_problems({"work_home": work_home, "data_path": data_path, "tokenizer_path": tokenizer_path})
     spec = cluster = None
     try:
         spec = model_from_dict(model)
@@ -191,9 +211,9 @@ def make_plan(
         problems.append(
             f"printed_flops_convention {printed_flops_convention!r} must be one of {', '.join(FLOPS_CONVENTIONS)}"
         )
-    if not 0 <= memory_headroom_fraction < 1:
+    if memory_headroom_fraction is not None and not 0 <= memory_headroom_fraction < 1:
         problems.append(f"memory_headroom_fraction must be in [0, 1), got {memory_headroom_fraction}")
-    if not isinstance(master_port, int) or not 1024 <= master_port <= 65535:
+    if master_port is not None and not 1024 <= master_port <= 65535:
         problems.append(f"master_port must be an integer 1024..65535, got {master_port!r}")
     if spec is not None and cluster is not None:
         try:
@@ -340,6 +360,31 @@ def make_plan(
         _, assumed = cluster.cost_model_tflops(request.precision)
         plan["recommendation_table"] = ([f"note: {assumed}"] if assumed else []) + recommendation_lines(recommendations)
     return plan
+
+
+#: Linux's limits: a path, and one of its components.
+PATH_MAX, NAME_MAX = 4096, 255
+
+
+def path_problems(paths: Mapping[str, Any]) -> list[str]:
+    """Paths inside the containers: absolute (the containers have no notion of the controller's directory),
+    within the file system's lengths. ``data_path=mock`` is Megatron's mock data, not a path."""
+    problems = []
+    for key, value in paths.items():
+        text = "" if value is None else str(value)
+        if key == "data_path" and text == MOCK_DATA:
+            continue
+        if not text.strip():
+            problems.append(f"-e {key}= is empty: give an absolute path inside the containers")
+        elif not text.startswith("/"):
+            problems.append(f"-e {key}={text!r} must be an absolute path inside the containers (it starts with '/')")
+        elif len(text.encode()) > PATH_MAX or any(len(part.encode()) > NAME_MAX for part in text.split("/")):
+            problems.append(
+                f"-e {key}: the path is longer than the file system allows ({PATH_MAX} bytes, {NAME_MAX} per component)"
+            )
+        elif "\n" in text or "\0" in text:
+            problems.append(f"-e {key} must not contain a newline or NUL")
+    return problems
 
 
 def exp_name_problems(name: str | None) -> list[str]:

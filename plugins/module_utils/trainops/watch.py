@@ -58,7 +58,7 @@ def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     ``hang_timeout``: ``auto`` (default: ``max(10 x p90 time between iteration lines, 300 s)``) or seconds > 0;
     ``on_hang``: ``stop`` (default) or ``warn``; ``straggler_ratio``: > 1 (default 1.2); ``wait``: a boolean;
-    ``train_wait``, ``poll_interval``, ``progress_interval``, ``start_timeout``: seconds.
+    ``fresh``: a boolean; ``train_wait``, ``poll_interval``, ``progress_interval``, ``start_timeout``: seconds.
     """
     problems: list[str] = []
     out: dict[str, Any] = {}
@@ -66,6 +66,7 @@ def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
         value = raw.get(name, default)
         out[name] = _number(name, value, minimum, problems) if value is not None else default
     out["wait"] = _boolean("wait", raw.get("wait", True), problems)
+    out["fresh"] = _boolean("fresh", raw.get("fresh", False), problems)
     hang = raw.get("hang_timeout", "auto")
     if isinstance(hang, str) and hang.strip().lower() == "auto":
         out["hang_timeout"] = None

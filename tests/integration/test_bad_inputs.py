@@ -1,0 +1,169 @@
+"""Every bad input is refused on the controller before any node is contacted, naming the option, and writes
+nothing: a table of bad inputs to plan.yml, train.yml and data.yml, and bad inventories.
+
+The inventory's hosts are on loopback at port 9 (nothing listens there): a playbook that got as far as
+contacting them would print the reach play's `TASK [Connect over SSH]`. No testbed needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+NODES = "        node1: {ansible_host: 127.0.0.1, slots: 8}\n        node2: {ansible_host: 127.0.0.2, slots: 8}\n"
+DATA = ("-e", "input=/data/raw.jsonl", "-e", "output_prefix=/data/datasets/x", "-e", "tokenizer=/data/tok")
+
+
+def _e(**values: object) -> tuple[str, str]:
+    return ("-e", json.dumps(values))
+
+
+# (id, playbook, extra arguments, what the message must say)
+CASES = [
+    # the layout (plan.yml; train.yml plans the same way)
+    ("tp-not-divisor", "playbooks/plan.yml", ("-e", "tp=3"), "tp=3 does not divide 32 attention heads"),
+    ("tp-zero", "playbooks/plan.yml", ("-e", "tp=0"), "tp must be a positive integer"),
+    ("tp-word", "playbooks/plan.yml", ("-e", "tp=two"), "tp must be an integer, got 'two'"),
+    ("tp-empty", "playbooks/plan.yml", ("-e", "tp="), "-e tp= is empty"),
+    ("pp-empty", "playbooks/plan.yml", ("-e", "pp="), "-e pp= is empty"),
+    ("pp-negative", "playbooks/plan.yml", ("-e", "pp=-1"), "pp must be a positive integer"),
+    ("pp-float", "playbooks/plan.yml", _e(pp=1.5), "pp must be an integer"),
+    ("cp-seq", "playbooks/plan.yml", ("-e", "cp=2", "-e", "seq_length=4098"), "not divisible by 2*cp"),
+    ("vpp-word", "playbooks/plan.yml", ("-e", "vpp=x"), "vpp must be an integer"),
+    ("mbs-zero", "playbooks/plan.yml", ("-e", "mbs=0"), "mbs must be a positive integer"),
+    ("mbs-empty", "playbooks/plan.yml", ("-e", "mbs="), "-e mbs= is empty"),
+    ("gbs-indivisible", "playbooks/plan.yml", ("-e", "gbs=7"), "gbs"),
+    ("microbatches-word", "playbooks/plan.yml", ("-e", "num_microbatches=x"), "num_microbatches must be an integer"),
+    ("seq-too-long", "playbooks/plan.yml", ("-e", "seq_length=100000"), "exceeds the model's max_position_embeddings"),
+    ("seq-sp", "playbooks/plan.yml", ("-e", "tp=2", "-e", "seq_length=4095"), "not divisible by tp=2"),
+    ("seq-empty", "playbooks/plan.yml", ("-e", "seq_length="), "-e seq_length= is empty"),
+    ("precision", "playbooks/plan.yml", ("-e", "precision=fp16"), "precision 'fp16' is unknown"),
+    ("recompute", "playbooks/plan.yml", ("-e", "recompute=some"), "recompute 'some' is unknown"),
+    ("distopt-bool", "playbooks/plan.yml", ("-e", "distributed_optimizer=maybe"), "distributed_optimizer must be"),
+    ("sp-bool", "playbooks/plan.yml", ("-e", "sequence_parallel=maybe"), "sequence_parallel must be true or false"),
+    ("flash-bool", "playbooks/plan.yml", ("-e", "flash_attention=maybe"), "flash_attention must be true or false"),
+    ("impl", "playbooks/plan.yml", ("-e", "transformer_impl=te"), "transformer_impl 'te' is unknown"),
+    ("fp8-local", "playbooks/plan.yml", ("-e", "transformer_impl=local"), "precision=fp8 runs in Transformer Engine"),
+    ("version", "playbooks/plan.yml", ("-e", "megatron_version=abc"), "megatron_version 'abc'"),
+    ("first-stage", "playbooks/plan.yml", ("-e", "pp=2", "-e", "first_stage_layers=40"), "first_stage_layers"),
+    ("iters-zero", "playbooks/plan.yml", ("-e", "train_iters=0"), "train_iters must be a positive integer"),
+    ("model-unknown", "playbooks/plan.yml", ("-e", "model=llama9"), "Model preset 'llama9' does not exist"),
+    ("model-empty", "playbooks/plan.yml", ("-e", "model="), "Model preset '' does not exist"),
+    ("exp-slash", "playbooks/plan.yml", _e(exp="a/b"), "exp 'a/b' must not contain '/'"),
+    ("exp-dots", "playbooks/plan.yml", _e(exp=".."), "exp must be a non-empty directory name"),
+    ("work-home-relative", "playbooks/plan.yml", ("-e", "work_home=data"), "-e work_home='data' must be an absolute"),
+    ("data-relative", "playbooks/plan.yml", ("-e", "data_path=ds/x"), "-e data_path='ds/x' must be an absolute"),
+    ("tok-relative", "playbooks/plan.yml", ("-e", "tokenizer_path=tok"), "-e tokenizer_path='tok' must be an absolute"),
+    ("work-home-empty", "playbooks/plan.yml", ("-e", "work_home="), "-e work_home= is empty"),
+    ("path-too-long", "playbooks/plan.yml", _e(data_path="/" + "x" * 300), "longer than the file system allows"),
+    ("port-low", "playbooks/plan.yml", ("-e", "master_port=80"), "master_port must be an integer 1024..65535"),
+    ("port-word", "playbooks/plan.yml", ("-e", "master_port=abc"), "master_port must be an integer, got 'abc'"),
+    ("headroom", "playbooks/plan.yml", ("-e", "memory_headroom_fraction=2"), "memory_headroom_fraction must be in"),
+    ("memory-word", "playbooks/plan.yml", ("-e", "accelerator_memory_gib=lots"), "accelerator_memory_gib must be a"),
+    ("peak-negative", "playbooks/plan.yml", ("-e", "accelerator_peak_tflops=-3"), "accelerator_peak_tflops=-3 must"),
+    ("force-bool", "playbooks/plan.yml", ("-e", "force=maybe"), "force must be true or false, got 'maybe'"),
+    ("recommend-bool", "playbooks/plan.yml", ("-e", "recommend=maybe"), "recommend must be true or false"),
+    ("smoke-bool", "playbooks/plan.yml", ("-e", "smoke=maybe"), "smoke must be true or false"),
+    ("tokenizer-type", "playbooks/plan.yml", ("-e", "tokenizer_type=Foo"), "tokenizer_type must be one of"),
+    ("training-unknown", "playbooks/plan.yml", _e(training={"lrr": 1}), "unknown training option(s) ['lrr']"),
+    ("warmup", "playbooks/plan.yml", _e(training={"lr_warmup_iters": 10}, train_iters=10), "lr_warmup_iters=10"),
+    ("save-negative", "playbooks/plan.yml", _e(training={"save_interval": -1}), "save_interval must be"),
+    ("timeout-zero", "playbooks/plan.yml", ("-e", "distributed_timeout_minutes=0"), "distributed_timeout_minutes"),
+    ("backend-env", "playbooks/plan.yml", _e(backend_env={"BAD NAME": 1}), "backend_env must map"),
+    ("plan-dir-empty", "playbooks/plan.yml", ("-e", "plan_dir="), "-e plan_dir= is empty"),
+    # train.yml's own options, before the plan and before any node
+    ("train-tp", "train.yml", ("-e", "tp=3"), "tp=3 does not divide 32 attention heads"),
+    ("hang-word", "train.yml", ("-e", "hang_timeout=soon"), "-e hang_timeout='soon' is not a number"),
+    ("hang-empty", "train.yml", ("-e", "hang_timeout="), "-e hang_timeout= is empty"),
+    ("hang-zero", "train.yml", ("-e", "hang_timeout=0"), "-e hang_timeout='0' must be above 0"),
+    ("on-hang", "train.yml", ("-e", "on_hang=kill"), "-e on_hang='kill' must be one of stop, warn"),
+    ("ratio", "train.yml", ("-e", "straggler_ratio=1"), "-e straggler_ratio='1' must be above 1"),
+    ("wait-bool", "train.yml", ("-e", "wait=maybe"), "-e wait='maybe' must be true or false"),
+    ("fresh-bool", "train.yml", ("-e", "fresh=maybe"), "-e fresh='maybe' must be true or false"),
+    ("train-wait", "train.yml", ("-e", "train_wait=-5"), "-e train_wait='-5' must be at least 0"),
+    ("poll", "train.yml", ("-e", "poll_interval=0"), "-e poll_interval='0' must be at least 1"),
+    ("progress", "train.yml", ("-e", "progress_interval=x"), "-e progress_interval='x' is not a number"),
+    ("start-timeout", "train.yml", ("-e", "start_timeout=0"), "-e start_timeout='0' must be at least 1"),
+    ("runs-dir-empty", "train.yml", ("-e", "runs_dir="), "-e runs_dir= is empty"),
+    ("train-exp", "train.yml", _e(exp="a/b"), "exp 'a/b' must not contain '/'"),
+    # data.yml
+    ("data-missing", "playbooks/data.yml", (), "-e input=... is required"),
+    ("data-relative", "playbooks/data.yml", ("-e", "input=raw.jsonl", *DATA[2:]), "input=raw.jsonl must be an abs"),
+    ("data-bin", "playbooks/data.yml", (*DATA[:2], "-e", "output_prefix=/d/x.bin", *DATA[4:]), "must not end in .bin"),
+    ("data-workers", "playbooks/data.yml", (*DATA, "-e", "workers=-1"), "workers=-1 must be a whole number"),
+    ("data-bad-lines", "playbooks/data.yml", (*DATA, "-e", "max_bad_lines=x"), "max_bad_lines=x must be a whole"),
+    ("data-json-key", "playbooks/data.yml", (*DATA, "-e", "json_key="), "json_key must not be empty"),
+]
+
+# (id, the nodes group's hosts, what the message must say): plan.yml with these inventories
+INVENTORIES = [
+    ("name-path", '        "a/../b": {ansible_host: 127.0.0.1, slots: 8}\n', "node 'a/../b': an inventory host name"),
+    ("name-shell", '        "n;touch x": {ansible_host: 127.0.0.1}\n', "node 'n;touch x': an inventory host name"),
+    ("address", '        n1: {ansible_host: "bad host", slots: 8}\n', "ansible_host 'bad host' is neither an IP"),
+    ("node-addr", "        n1: {ansible_host: 127.0.0.1, node_addr: 10.0.0.300}\n", "node_addr '10.0.0.300'"),
+    ("slots", "        n1: {ansible_host: 127.0.0.1, slots: 0}\n", "node n1: slots must be an integer 1..16"),
+    ("slots-word", "        n1: {ansible_host: 127.0.0.1, slots: eight}\n", "slots must be an integer 1..16"),
+    ("accelerator", "        n1: {ansible_host: 127.0.0.1, accelerator: tpu}\n", "accelerator 'tpu' is unknown"),
+    (
+        "two-masters",
+        "        n1: {ansible_host: 127.0.0.1, master: true}\n        n2: {ansible_host: 127.0.0.2, master: true}\n",
+        "more than one node sets master: true",
+    ),
+    (
+        "same-address",
+        "        n1: {ansible_host: 127.0.0.1}\n        n2: {ansible_host: 127.0.0.1}\n",
+        "share the address",
+    ),
+    (
+        "mixed",
+        "        n1: {ansible_host: 127.0.0.1, accelerator: cuda}\n        n2: {ansible_host: 127.0.0.2}\n",
+        "nodes mix accelerators",
+    ),
+    ("master-word", "        n1: {ansible_host: 127.0.0.1, master: maybe}\n", "master must be true or false"),
+]
+
+
+def _inventory(tmp_path: Path, hosts: str) -> Path:
+    path = tmp_path / "inventory.yml"
+    path.write_text(f"all:\n  vars:\n    ansible_port: 9\n  children:\n    nodes:\n      hosts:\n{hosts}")
+    return path
+
+
+def _refused(tmp_path: Path, playbook: str, extra: tuple[str, ...], words: str, hosts: str = NODES) -> None:
+    writes = {"runs_dir": tmp_path / "runs", "plan_dir": tmp_path / "plan"}
+    defaults = [a for key, path in writes.items() if f"{key}=" not in " ".join(extra) for a in ("-e", f"{key}={path}")]
+    result = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(_inventory(tmp_path, hosts)), playbook, *defaults, *extra],
+        cwd=ROOT,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert words in output, output[-3000:]
+    assert "TASK [Connect over SSH]" not in output, "a node was contacted before the input was checked"
+    assert "Traceback" not in output and "argument_spec_data" not in output, output[-3000:]
+    assert not any(path.exists() for path in writes.values()), "a refused input wrote files"
+
+
+@pytest.mark.parametrize(("case", "playbook", "extra", "words"), CASES, ids=[c[0] for c in CASES])
+def test_a_bad_option_is_refused_before_any_node(tmp_path, case, playbook, extra, words):
+    _refused(tmp_path, playbook, extra, words)
+
+
+@pytest.mark.parametrize(("case", "hosts", "words"), INVENTORIES, ids=[c[0] for c in INVENTORIES])
+def test_a_bad_inventory_is_refused_before_any_node(tmp_path, case, hosts, words):
+    _refused(tmp_path, "playbooks/plan.yml", (), words, hosts)
+
+
+def test_the_table_is_large_enough():
+    assert len(CASES) + len(INVENTORIES) >= 60
