@@ -44,8 +44,8 @@ def iterations(exp: str) -> int:
 
 
 def detection(round_: int) -> float:
-    exp = f"bench-hang-{round_}"
-    job = playbook("train.yml", *SMALL, "-e", "train_iters=100000", "-e", f"exp={exp}", wait=False)
+    exp = f"bench-hang-{round_}-{int(time.time())}"  # a new experiment: no earlier run's logs or checkpoints
+    job = playbook("train.yml", *SMALL, "-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "fresh=true", wait=False)
     try:
         while iterations(exp) < 20:
             time.sleep(0.5)
@@ -63,7 +63,7 @@ def detection(round_: int) -> float:
 
 
 def step_median(exp: str, watched: bool, iters: int) -> float:
-    extra = ["-e", f"train_iters={iters}", "-e", f"exp={exp}"]
+    extra = ["-e", f"train_iters={iters}", "-e", f"exp={exp}", "-e", "fresh=true"]  # a rerun starts at 1
     if watched:
         done = playbook("train.yml", *SMALL, *extra)
         if done.returncode:
@@ -72,7 +72,7 @@ def step_median(exp: str, watched: bool, iters: int) -> float:
         started = playbook("train.yml", *SMALL, *extra, "-e", "wait=false")
         if started.returncode:
             raise SystemExit(started.stdout[-3000:])
-        run = f"/data/mtt-train-ops/runs/{exp}/*/exit"
+        run = f"/data/mtt-train-ops/runs/{exp}/{latest_run(exp).name}/exit"  # this run, not an earlier one
         while any(in_container(n, f"ls {run}/{n}.rc", check=False).returncode for n in NODES):
             time.sleep(1)
         rebuilt = playbook("playbooks/report.yml", "-e", json.dumps({"run": str(latest_run(exp))}))
@@ -103,7 +103,9 @@ def main() -> None:
             into.append(step_median(exp, is_watched, args.iters))
             print(f"round {round_} {'watched' if is_watched else 'alone  '}: median step {into[-1]:.2f} ms", flush=True)
     on, off = statistics.median(watched), statistics.median(alone)
+    ratios = [w / a for w, a in zip(watched, alone, strict=True)]  # each round's pair ran back to back
     print(f"median step time: watched {on:.2f} ms, alone {off:.2f} ms, ratio {on / off:.3f}")
+    print(f"per-round ratios {', '.join(f'{r:.3f}' for r in ratios)}; mean {statistics.mean(ratios):.3f}")
 
 
 if __name__ == "__main__":
