@@ -286,7 +286,7 @@ class ActionModule(ActionBase):
                     # display(), not warning(): Ansible holds a task's warnings until the task ends
                     display.display(f"[WARNING] {label}: {text_of} (on_hang=warn: watching goes on)")
                     for line in finding["culprits"]:
-                        display.display(f"  culprit {hang._culprit_text(line)}")
+                        display.display(f"  culprit {hang.culprit_text(line)}")
                     if finding.get("evidence"):
                         display.display(f"  evidence: {finding['evidence']}")
                     progress.progress_at = now  # the next warning only after another full limit

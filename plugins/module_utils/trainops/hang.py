@@ -10,10 +10,12 @@ the ranks waiting in a collective for them.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from .megatron_log import _stats
+from .straggler import node_ranks
 
 #: The floor of the computed hang timeout, and its factor over the p90 interval between iteration lines.
 MIN_HANG_TIMEOUT_S = 300.0
@@ -81,7 +83,7 @@ def hang_limit(
     if configured:
         limit = float(configured)
     elif line_intervals_s:
-        limit = max(HANG_FACTOR * percentile(line_intervals_s, 90), MIN_HANG_TIMEOUT_S)
+        limit = max(HANG_FACTOR * _stats(list(line_intervals_s))["p90"], MIN_HANG_TIMEOUT_S)
     else:
         limit = MIN_HANG_TIMEOUT_S
     if not started:
@@ -89,15 +91,6 @@ def hang_limit(
     if saving:
         limit = max(limit, CHECKPOINT_TIMEOUT_S)
     return limit
-
-
-def percentile(values: Sequence[float], pct: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    position = (len(ordered) - 1) * pct / 100
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def line_interval_s(previous: Mapping[str, Any] | None, record: Mapping[str, Any]) -> float | None:
@@ -202,39 +195,33 @@ def innermost(frames: Sequence[Mapping[str, Any]]) -> str:
 
 def _rank_rows(plan: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    first = 0
-    for node in plan["nodes"]:
-        name = node["name"]
+    for rank, (name, local) in node_ranks(plan).items():
         report = reports.get(name) or {}
-        seen = {r["rank"]: r for r in report.get("ranks", [])}
-        for local in range(node["slots"]):
-            rank = first + local
-            row = {"node": name, "rank": rank, "local_rank": local}
-            if not report.get("reachable", False):
-                row.update(state="unreachable", reason=report.get("error") or "no answer")
-            elif report.get("probe_error"):
-                row.update(state="unknown", reason=f"the node answered but its probe failed: {report['probe_error']}")
-            elif rank not in seen:
-                row.update(state="gone", reason="no process of this rank: it exited or was killed")
-            else:
-                probe = seen[rank]
-                threads = parse_dump(probe["stack"]) if probe.get("stack") else []
-                frames = python_frames(main_thread(threads))
-                row.update(
-                    state=probe["state"],
-                    state_text=probe.get("state_text"),
-                    pid=probe.get("pid"),
-                    wchan=probe.get("wchan"),
-                    cpu_percent=probe.get("cpu_percent"),
-                    stack=probe.get("stack"),
-                    stack_error=probe.get("stack_error"),
-                    has_stack=bool(threads),
-                    where=innermost(frames),
-                    collective=collective_of(frames),
-                    signature=signature(frames) if threads else None,
-                )
-            rows.append(row)
-        first += node["slots"]
+        probe = next((r for r in report.get("ranks", []) if r["rank"] == rank), None)
+        row = {"node": name, "rank": rank, "local_rank": local}
+        if not report.get("reachable", False):
+            row.update(state="unreachable", reason=report.get("error") or "no answer")
+        elif report.get("probe_error"):
+            row.update(state="unknown", reason=f"the node answered but its probe failed: {report['probe_error']}")
+        elif probe is None:
+            row.update(state="gone", reason="no process of this rank: it exited or was killed")
+        else:
+            threads = parse_dump(probe["stack"]) if probe.get("stack") else []
+            frames = python_frames(main_thread(threads))
+            row.update(
+                state=probe["state"],
+                state_text=probe.get("state_text"),
+                pid=probe.get("pid"),
+                wchan=probe.get("wchan"),
+                cpu_percent=probe.get("cpu_percent"),
+                stack=probe.get("stack"),
+                stack_error=probe.get("stack_error"),
+                has_stack=bool(threads),
+                where=innermost(frames),
+                collective=collective_of(frames),
+                signature=signature(frames) if threads else None,
+            )
+        rows.append(row)
     return rows
 
 
@@ -273,7 +260,7 @@ def diagnose(plan: Mapping[str, Any], reports: Mapping[str, Mapping[str, Any]]) 
     groups = _groups(rows)
     if culprits:
         confidence = "high"
-        finding = "; ".join(_culprit_text(c) for c in culprits)
+        finding = "; ".join(culprit_text(c) for c in culprits)
     else:
         culprits, confidence, finding = _by_stacks(rows, groups)
     waiting = [r for r in rows if r.get("collective") and not any(_same(r, c) for c in culprits)]
@@ -305,7 +292,7 @@ def _culprit(row: Mapping[str, Any], reason: str) -> dict[str, Any]:
     }
 
 
-def _culprit_text(culprit: Mapping[str, Any]) -> str:
+def culprit_text(culprit: Mapping[str, Any]) -> str:
     if culprit.get("rank") is None:
         ranks = ", ".join(map(str, culprit.get("ranks") or []))
         return f"{culprit['node']} (ranks {ranks}): {culprit['reason']}"
@@ -362,7 +349,7 @@ def _by_stacks(
             reason = f"at {row['signature']} while {majority}"
         culprits.append(_culprit(row, reason))
     sure = "medium" if largest["collective"] and not any(r.get("collective") for r in suspects) else "low"
-    return culprits, sure, "; ".join(_culprit_text(c) for c in culprits)
+    return culprits, sure, "; ".join(culprit_text(c) for c in culprits)
 
 
 def _by_cpu(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str, str]:
@@ -375,7 +362,7 @@ def _by_cpu(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], st
         culprits = [
             _culprit(r, f"busy on the CPU ({r['cpu_percent']:.0f} %) while {len(idle)} rank(s) sleep") for r in busy
         ]
-        return culprits, "low", f"{note}; " + "; ".join(_culprit_text(c) for c in culprits)
+        return culprits, "low", f"{note}; " + "; ".join(culprit_text(c) for c in culprits)
     return [], "low", f"{note}; every rank looks alike by state and CPU use: no rank stands out"
 
 
