@@ -10,6 +10,7 @@ import gzip
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,7 @@ def general_path(line: str) -> dict:
     parser = MegatronLogParser()
     parser.begin_source("x")
     text = line.rstrip()
-    parser._iteration(text, megatron_log._ITER.search(text))
+    parser._iteration(text, megatron_log.patterns._ITER.search(text))
     (rec,) = parser.iterations
     return rec
 
@@ -218,19 +219,19 @@ def test_mixtral_throughput_and_old_learning_rate_format():
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log")))
 def test_fast_and_general_paths_agree_on_every_fixture_line(name):
-    lines = [ln for ln in fixture(name).read_text().splitlines() if megatron_log._ITER.search(ln)]
+    lines = [ln for ln in fixture(name).read_text().splitlines() if megatron_log.patterns._ITER.search(ln)]
     assert lines
     for line in lines:
-        assert megatron_log._FAST_MATCH(line) is not None, line  # upstream lines take the fast path
+        assert megatron_log.patterns._FAST_MATCH(line) is not None, line  # upstream lines take the fast path
         assert only_iteration(line) == general_path(line)
 
 
 def test_the_pattern_without_possessive_quantifiers_matches_the_same():
-    plain = megatron_log._FAST_ITERATION.pattern.replace("++", "+").replace("*+", "*")
-    older = megatron_log.re.compile(plain, megatron_log.re.ASCII)  # what Python < 3.11 compiles
+    plain = megatron_log.patterns._FAST_ITERATION.pattern.replace("++", "+").replace("*+", "*")
+    older = re.compile(plain, re.ASCII)  # what Python < 3.11 compiles
     lines = [ln for p in FIXTURES.glob("*.log") for ln in p.read_text().splitlines() if "iteration" in ln]
     for line in [*lines, OLD, FRACTIONAL, MOE, OPTIONAL_FIELDS, FORK_BEFORE]:
-        fast, slow = megatron_log._FAST_MATCH(line), older.match(line)
+        fast, slow = megatron_log.patterns._FAST_MATCH(line), older.match(line)
         assert (fast and fast.groups()) == (slow and slow.groups()), line
 
 
@@ -322,7 +323,7 @@ def test_optional_and_unknown_fields_are_kept_in_extra():
     rec = only_iteration(OPTIONAL_FIELDS)
     assert rec["extra"] == {"skipped samples": 128.0, "decoupled learning rate": 1.0e-05, "params norm": 245.678}
     assert (rec["learning_rate"], rec["num_zeros"], rec["grad_norm"], rec["elapsed_ms"]) == (1e-04, 12.0, 0.5, 2000.0)
-    assert megatron_log._FAST_MATCH(OPTIONAL_FIELDS) is None  # the general path took it
+    assert megatron_log.patterns._FAST_MATCH(OPTIONAL_FIELDS) is None  # the general path took it
 
 
 def test_fork_fields_before_iteration():
@@ -360,7 +361,7 @@ def test_unparseable_values_and_fields_without_a_name():
 
 def test_other_spacing_takes_the_general_path_with_the_same_meaning():
     squeezed = OLD.replace(" | ", "|").replace("  ", " ")
-    assert megatron_log._FAST_MATCH(squeezed) is None
+    assert megatron_log.patterns._FAST_MATCH(squeezed) is None
     assert only_iteration(squeezed) == only_iteration(OLD)
 
 
@@ -825,7 +826,7 @@ def test_torchrun_worker_failed_lines_of_both_logging_formats():
 
 
 def test_failure_records_are_capped(monkeypatch):
-    monkeypatch.setattr(megatron_log, "MAX_FAILURES", 3)
+    monkeypatch.setattr(megatron_log.failures, "MAX_FAILURES", 3)
     log = parse_lines([f"RuntimeError: CUDA out of memory ({i})" for i in range(5)])
     assert len(log.failures) == 3 and log.counts["failures_omitted"] == 2 and log.summary["failures_omitted"] == 2
 
@@ -1112,7 +1113,7 @@ def test_files_are_streamed_line_by_line(tmp_path, monkeypatch):
         def __exit__(self, *exc):
             self.handle.close()
 
-    monkeypatch.setattr(megatron_log, "_open", LinesOnly)
+    monkeypatch.setattr(megatron_log.paths, "_open", LinesOnly)
     assert [r["iteration"] for r in parse_path(path).iterations] == [1, 2, 3, 4, 5]
 
     consumed = []
