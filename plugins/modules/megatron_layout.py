@@ -162,61 +162,14 @@ problems:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402  (after the documentation, as Ansible expects)
 from ansible.module_utils.trainops.errors import PlanError  # noqa: E402
 from ansible.module_utils.trainops.plan import make_plan  # noqa: E402
+from ansible.module_utils.trainops.plan_request import PlanRequest  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "model": {"type": "dict", "required": True},
-            "hosts": {"type": "list", "elements": "dict", "required": True},
-            "layout": {"type": "dict", "default": {}},
-            "training": {"type": "dict", "default": {}},
-            "work_home": {"type": "str", "default": "/data/mtt-train-ops"},
-            "data_path": {"type": "str", "default": "/data/datasets/llama3_text_document"},
-            "tokenizer_path": {"type": "str", "default": "/data/llama3-tokenizer"},
-            "tokenizer_type": {
-                "type": "str",
-                "choices": ["TikTokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer"],
-            },
-            "run_id": {"type": "str", "required": True},
-            "master_port": {"type": "raw", "default": 14388},
-            "accelerator_memory_gib": {"type": "raw"},
-            "accelerator_peak_tflops": {"type": "raw"},
-            "printed_flops_convention": {"type": "str", "default": "causal", "choices": ["causal", "full"]},
-            "memory_headroom_fraction": {"type": "raw", "default": 0.1},
-            "force": {"type": "raw", "default": False},
-            "recommend": {"type": "raw", "default": False},
-            "exp_name": {"type": "str"},
-            "smoke": {"type": "raw", "default": False},
-            "manifest": {"type": "dict"},
-            "tokenizer_path_given": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+    # the options, their types, defaults and choices: PlanRequest's fields (DOCUMENTATION is held to them by a test)
+    module = AnsibleModule(argument_spec=PlanRequest.argument_spec(), supports_check_mode=True)
     try:
-        plan = make_plan(
-            model=p["model"],
-            hosts=p["hosts"],
-            layout=p["layout"],
-            training=p["training"],
-            work_home=p["work_home"],
-            data_path=p["data_path"],
-            tokenizer_path=p["tokenizer_path"],
-            tokenizer_type=p["tokenizer_type"],
-            run_id=p["run_id"],
-            master_port=p["master_port"],
-            accelerator_memory_gib=p["accelerator_memory_gib"],
-            accelerator_peak_tflops=p["accelerator_peak_tflops"],
-            printed_flops_convention=p["printed_flops_convention"],
-            memory_headroom_fraction=p["memory_headroom_fraction"],
-            force=p["force"],
-            want_recommendations=p["recommend"],
-            exp_name=p["exp_name"],
-            smoke=p["smoke"],
-            manifest=p["manifest"],
-            tokenizer_path_given=p["tokenizer_path_given"],
-        )
+        plan = make_plan(PlanRequest.from_options(module.params))
     except PlanError as exc:
         module.fail_json(
             msg=f"the layout is refused ({len(exc.problems)} problem(s)); nothing was written:\n{exc}",

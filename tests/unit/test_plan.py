@@ -99,7 +99,7 @@ def test_smaller_card_memory_is_honoured():
 
 
 def test_recommendations_ranked_and_explained():
-    p = plan(layout={"tp": 1, "pp": 2}, want_recommendations=True)
+    p = plan(layout={"tp": 1, "pp": 2}, recommend=True)
     rows = p["recommendations"]
     fitting = [r for r in rows if r["fits"]]
     assert fitting and all(r["why"] for r in rows)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .cluster import Cluster, cluster_from_hosts
@@ -21,52 +21,10 @@ from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_score
 from .megatron_args import MOCK_DATA, RunPaths, TrainingConfig, build_megatron_args, check_training
 from .memory import GIB, megatron_theoretical
 from .model import ModelSpec, model_from_dict
+from .plan_request import FLOPS_CONVENTIONS, PlanRequest, coerce
 from .recommend import describe, layout_stage_memory, memory_limit_gib, recommend
 from .tokenizer import TYPES as TOKENIZER_TYPES
 from .tokenizer import TokenizerFormatError, megatron_tokenizer
-
-DEFAULT_HEADROOM = 0.10
-#: How a Megatron counts the FLOPs behind the TFLOP/s it prints: causal attention (upstream core >= 0.12) or
-#: full attention (older cores, and the vendor MUSA patch's own FLOP function).
-FLOPS_CONVENTIONS = ("causal", "full")
-
-
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-
-
-def _coerce(kind: str, key: str, value: Any, problems: list[str]) -> Any:
-    """Turn ``-e`` strings into the field's type; record a problem when impossible. An empty value (``-e tp=``)
-    is a problem, never the default: leaving the option out gives the default."""
-    base = kind.replace(" | None", "")
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip() == "":
-        problems.append(f"-e {key}= is empty: give a value, or leave {key} out for its default")
-        return None
-    if base != "str" and isinstance(value, str) and value.strip().lower() in ("none", "null"):
-        return None
-    try:
-        if base == "bool":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in _TRUE or text in _FALSE:
-                return text in _TRUE
-            raise ValueError
-        if base == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(str(value).strip()) if isinstance(value, str) else int(value)
-        if base == "float":
-            return float(value)
-        if base == "str":
-            return str(value)
-    except (TypeError, ValueError):
-        wanted = {"int": "an integer", "float": "a number", "bool": "true or false"}.get(base, "a " + base)
-        problems.append(f"{key} must be {wanted}, got {value!r}")
-        return None
-    return value
 
 
 def _dataclass_from(cls, values: Mapping[str, Any], problems: list[str], what: str):
@@ -77,7 +35,7 @@ def _dataclass_from(cls, values: Mapping[str, Any], problems: list[str], what: s
     kwargs = {}
     for key, value in values.items():
         if key in known:
-            coerced = _coerce(str(known[key].type), key, value, problems)
+            coerced = coerce(str(known[key].type), key, value, problems)
             if coerced is not None:
                 kwargs[key] = coerced
     return cls(**kwargs)
@@ -149,138 +107,168 @@ def memory_report(model: ModelSpec, cluster: Cluster, layout: Layout, headroom: 
     }
 
 
-def make_plan(
-    *,
-    model: Mapping[str, Any],
-    hosts: Sequence[Mapping[str, Any]],
-    layout: Mapping[str, Any],
-    training: Mapping[str, Any] | None = None,
-    work_home: str = "/data/mtt-train-ops",
-    data_path: str = "/data/datasets/llama3_text_document",
-    tokenizer_path: str = "/data/llama3-tokenizer",
-    tokenizer_type: str | None = None,
-    run_id: str = "run",
-    master_port: int = 14388,
-    accelerator_memory_gib: float | None = None,
-    accelerator_peak_tflops: float | None = None,
-    memory_headroom_fraction: float = DEFAULT_HEADROOM,
-    force: bool = False,
-    want_recommendations: bool = False,
-    exp_name: str | None = None,
-    smoke: bool = False,
-    manifest: Mapping[str, Any] | None = None,
-    tokenizer_path_given: bool = True,
-    printed_flops_convention: str = "causal",
-) -> dict[str, Any]:
-    """Validate and derive the whole plan; raise :class:`PlanError` listing every problem.
+def make_plan(request: PlanRequest | None = None, /, **options: Any) -> dict[str, Any]:
+    """Validate and derive the whole plan of ``request``; raise :class:`PlanError` listing every problem.
 
-    ``exp_name`` replaces the layout-derived experiment name (``tp1_pp2_..._gpus16``) in the run and
-    checkpoint paths; ``smoke`` makes the launch run the project's smoke job instead of ``pretrain_gpt.py``;
-    ``printed_flops_convention`` is how the backend's Megatron counts the TFLOP/s it prints (``causal`` as
-    upstream core >= 0.12, or ``full`` attention), from the backend profile.
+    ``make_plan(model=..., hosts=..., ...)`` is ``make_plan(PlanRequest.from_options({...}))``: the options of
+    :class:`.plan_request.PlanRequest`, as given (strings from ``-e`` are converted, a bad one named).
     """
-    problems: list[str] = []
-    # options the playbooks pass as given (strings from -e): converted here, a bad one named
-    master_port = _coerce("int", "master_port", master_port, problems)
-    accelerator_memory_gib = _coerce("float | None", "accelerator_memory_gib", accelerator_memory_gib, problems)
-    accelerator_peak_tflops = _coerce("float | None", "accelerator_peak_tflops", accelerator_peak_tflops, problems)
-    memory_headroom_fraction = _coerce("float", "memory_headroom_fraction", memory_headroom_fraction, problems)
-    force = bool(_coerce("bool", "force", force, problems))
-    want_recommendations = bool(_coerce("bool", "recommend", want_recommendations, problems))
-    smoke = bool(_coerce("bool", "smoke", smoke, problems))
+    if request is None:
+        request = PlanRequest.from_options(options)
+    elif options:
+        raise TypeError("make_plan takes a PlanRequest or its options, not both")
+    checked = _checked(request)
+    tokenizer = _tokenizer(request, checked)
+    memory = memory_report(checked.model, checked.cluster, checked.layout, request.memory_headroom_fraction)
+    recommendations = None
+    if request.recommend or not memory["fits"]:
+        ranked = recommend(
+            checked.model,
+            checked.cluster,
+            checked.layout_request,
+            checked.layout.global_batch_size,
+            request.memory_headroom_fraction,
+        )
+        recommendations = [describe(i + 1, est) for i, est in enumerate(ranked)]
+    if not memory["fits"] and not request.force:
+        raise PlanError([_does_not_fit(checked, memory, recommendations, request.memory_headroom_fraction)])
+    plan = _plan_mapping(request, checked, tokenizer, memory)
+    if recommendations is not None:
+        plan["recommendations"] = recommendations
+        _, assumed = checked.cluster.cost_model_tflops(checked.layout_request.precision)
+        plan["recommendation_table"] = ([f"note: {assumed}"] if assumed else []) + recommendation_lines(recommendations)
+    return plan
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What a request's checks produced: the parsed inputs and the derived layout."""
+
+    model: ModelSpec
+    cluster: Cluster
+    layout_request: LayoutRequest
+    training: TrainingConfig
+    layout: Layout
+    #: What the planner takes from the dataset's manifest (:func:`.dataset_manifest.manifest_for_plan`), or None.
+    dataset: dict[str, Any] | None
+
+
+def _checked(r: PlanRequest) -> _Checked:
+    """Check every input; raise :class:`PlanError` with every problem, the request's own first."""
+    problems = list(r.problems)
     for key, value in (
-        ("accelerator_memory_gib", accelerator_memory_gib),
-        ("accelerator_peak_tflops", accelerator_peak_tflops),
+        ("accelerator_memory_gib", r.accelerator_memory_gib),
+        ("accelerator_peak_tflops", r.accelerator_peak_tflops),
     ):
         if value is not None and value <= 0:
             problems.append(f"-e {key}={value:g} must be a positive number")
-    problems += exp_name_problems(exp_name)
-    problems += path_problems({"work_home": work_home, "data_path": data_path, "tokenizer_path": tokenizer_path})
+    problems += exp_name_problems(r.exp_name)
+    problems += path_problems({"work_home": r.work_home, "data_path": r.data_path, "tokenizer_path": r.tokenizer_path})
     spec = cluster = None
     try:
-        spec = model_from_dict(model)
+        spec = model_from_dict(r.model)
     except PlanError as exc:
         problems += exc.problems
     try:
-        cluster = cluster_from_hosts(hosts, accelerator_memory_gib, accelerator_peak_tflops)
+        cluster = cluster_from_hosts(r.hosts, r.accelerator_memory_gib, r.accelerator_peak_tflops)
     except PlanError as exc:
         problems += exc.problems
-    request = _dataclass_from(LayoutRequest, layout, problems, "layout")
-    train_cfg = _dataclass_from(TrainingConfig, training or {}, problems, "training")
-    if printed_flops_convention not in FLOPS_CONVENTIONS:
+    request = _dataclass_from(LayoutRequest, r.layout, problems, "layout")
+    train_cfg = _dataclass_from(TrainingConfig, r.training or {}, problems, "training")
+    if r.printed_flops_convention not in FLOPS_CONVENTIONS:
         problems.append(
-            f"printed_flops_convention {printed_flops_convention!r} must be one of {', '.join(FLOPS_CONVENTIONS)}"
+            f"printed_flops_convention {r.printed_flops_convention!r} must be one of {', '.join(FLOPS_CONVENTIONS)}"
         )
-    if memory_headroom_fraction is not None and not 0 <= memory_headroom_fraction < 1:
-        problems.append(f"memory_headroom_fraction must be in [0, 1), got {memory_headroom_fraction}")
-    if master_port is not None and not 1024 <= master_port <= 65535:
-        problems.append(f"master_port must be an integer 1024..65535, got {master_port!r}")
+    if r.memory_headroom_fraction is not None and not 0 <= r.memory_headroom_fraction < 1:
+        problems.append(f"memory_headroom_fraction must be in [0, 1), got {r.memory_headroom_fraction}")
+    if r.master_port is not None and not 1024 <= r.master_port <= 65535:
+        problems.append(f"master_port must be an integer 1024..65535, got {r.master_port!r}")
+    lay = None
     if spec is not None and cluster is not None:
         try:
             lay = plan_layout(spec, cluster, request)
         except PlanError as exc:
             problems += exc.problems
-            lay = None
-    else:
-        lay = None
     if isinstance(request.train_iters, int):
         problems += check_training(train_cfg, request.train_iters)
     dataset = None
-    if manifest:
+    if r.manifest:
         try:
             dataset = manifest_for_plan(
-                dict(manifest), tokenizer_path if tokenizer_path_given else None, tokenizer_type or None
+                dict(r.manifest), r.tokenizer_path if r.tokenizer_path_given else None, r.tokenizer_type or None
             )
         except ManifestError as exc:
             problems.append(f"dataset manifest: {exc}")
         else:
             if spec is not None and dataset["vocab_size"] > spec.vocab_size:
                 problems.append(
-                    f"dataset {data_path} was tokenized with {dataset['vocab_size']} token ids, more than model "
+                    f"dataset {r.data_path} was tokenized with {dataset['vocab_size']} token ids, more than model "
                     f"{spec.name}'s vocabulary of {spec.vocab_size}: use the model's tokenizer, or a preset that fits"
                 )
     if problems or lay is None or spec is None or cluster is None:
         raise PlanError(problems)
+    return _Checked(spec, cluster, request, train_cfg, lay, dataset)
 
-    if dataset is not None:
-        tokenizer_type, tokenizer_path = dataset["tokenizer_type"], dataset["tokenizer_path"]
-    if data_path == MOCK_DATA:
+
+def _tokenizer(r: PlanRequest, checked: _Checked) -> tuple[str, str, str]:
+    """``(type, --tokenizer-model path, how it was chosen)``: the manifest's, mock data's, or resolved."""
+    dataset = checked.dataset
+    tokenizer_type, tokenizer_path = (
+        (dataset["tokenizer_type"], dataset["tokenizer_path"])
+        if dataset is not None
+        else (r.tokenizer_type, r.tokenizer_path)
+    )
+    if r.data_path == MOCK_DATA:
         tok_type, tok_model, tok_source = "NullTokenizer", "", "Megatron's mock data (data_path=mock)"
     else:
-        tok_type, tok_model, tok_source = resolve_tokenizer(tokenizer_type, tokenizer_path, spec)
+        tok_type, tok_model, tok_source = resolve_tokenizer(tokenizer_type, tokenizer_path, checked.model)
     if dataset is not None:
-        tok_source = f"from the dataset's manifest {data_path}.manifest.json"
-    memory = memory_report(spec, cluster, lay, memory_headroom_fraction)
-    recommendations = None
-    if want_recommendations or not memory["fits"]:
-        ranked = recommend(spec, cluster, request, lay.global_batch_size, memory_headroom_fraction)
-        recommendations = [describe(i + 1, est) for i, est in enumerate(ranked)]
-    if not memory["fits"] and not force:
-        better = [r for r in (recommendations or []) if r["fits"]][:3]
-        hint = (
-            "; ".join(
-                f"tp={r['tp']} pp={r['pp']}" + (f" vpp={r['vpp']}" if r["vpp"] else "") + f" mbs={r['mbs']} "
-                f"({r['memory_gib']} GiB)"
-                for r in better
-            )
-            or "none at this global batch; try recompute=full or more nodes"
-        )
-        raise PlanError(
-            [
-                f"layout {lay.exp_name} needs {memory['total']} GiB per card on stage {memory['most_loaded_stage']} "
-                f"(weights+optimizer {memory['weights_and_optimizer']}, activations {memory['activations']}) but the "
-                f"{cluster.card} allows {memory['limit']} GiB ({cluster.memory_gib} GiB minus "
-                f"{memory_headroom_fraction:.0%} headroom); layouts that fit: {hint}; or pass -e force=true"
-            ]
-        )
+        tok_source = f"from the dataset's manifest {r.data_path}.manifest.json"
+    return tok_type, tok_model, tok_source
 
-    exp = exp_name or lay.exp_name
-    run_dir = f"{work_home.rstrip('/')}/runs/{exp}/{run_id}"
+
+def _does_not_fit(
+    checked: _Checked, memory: Mapping[str, Any], recommendations: Sequence[Mapping[str, Any]] | None, headroom: float
+) -> str:
+    """The refusal of a layout that does not fit, with up to three that do."""
+    better = [r for r in (recommendations or []) if r["fits"]][:3]
+    hint = (
+        "; ".join(
+            f"tp={r['tp']} pp={r['pp']}" + (f" vpp={r['vpp']}" if r["vpp"] else "") + f" mbs={r['mbs']} "
+            f"({r['memory_gib']} GiB)"
+            for r in better
+        )
+        or "none at this global batch; try recompute=full or more nodes"
+    )
+    cluster = checked.cluster
+    return (
+        f"layout {checked.layout.exp_name} needs {memory['total']} GiB per card on stage {memory['most_loaded_stage']} "
+        f"(weights+optimizer {memory['weights_and_optimizer']}, activations {memory['activations']}) but the "
+        f"{cluster.card} allows {memory['limit']} GiB ({cluster.memory_gib} GiB minus "
+        f"{headroom:.0%} headroom); layouts that fit: {hint}; or pass -e force=true"
+    )
+
+
+def _plan_mapping(
+    r: PlanRequest, checked: _Checked, tokenizer: tuple[str, str, str], memory: dict[str, Any]
+) -> dict[str, Any]:
+    """``plan.json`` (without the recommendations)."""
+    spec, cluster, request, train_cfg, lay, dataset = (
+        checked.model,
+        checked.cluster,
+        checked.layout_request,
+        checked.training,
+        checked.layout,
+        checked.dataset,
+    )
+    tok_type, tok_model, tok_source = tokenizer
+    exp = r.exp_name or lay.exp_name
+    run_dir = f"{r.work_home.rstrip('/')}/runs/{exp}/{r.run_id}"
     paths = RunPaths(
-        data_path=data_path,
+        data_path=r.data_path,
         tokenizer_model=tok_model,
         tokenizer_type=tok_type,
-        checkpoint_dir=f"{work_home.rstrip('/')}/checkpoints/{exp}",
+        checkpoint_dir=f"{r.work_home.rstrip('/')}/checkpoints/{exp}",
         tensorboard_dir=f"{run_dir}/tensorboard",
     )
     flops = flops_per_iteration(spec, lay.seq_length, lay.padded_vocab, lay.global_batch_size)
@@ -314,17 +302,17 @@ def make_plan(
         "flops_per_token": flops_per_token(spec, lay.seq_length, lay.padded_vocab),
         "tokens_per_iteration": lay.global_batch_size * lay.seq_length,
         "exp_name": exp,
-        "run_id": run_id,
+        "run_id": r.run_id,
         "run_dir": run_dir,
-        "work_home": work_home,
+        "work_home": r.work_home,
         "checkpoint_dir": paths.checkpoint_dir,
         "tensorboard_dir": paths.tensorboard_dir,
-        "data_path": data_path,
+        "data_path": r.data_path,
         "tokenizer_path": tok_model,
         "tokenizer_type": tok_type,
         "tokenizer_type_source": tok_source,
         "master_addr": cluster.master.addr,
-        "master_port": master_port,
+        "master_port": r.master_port,
         "master": cluster.master.name,
         "nodes": [asdict(n) for n in cluster.nodes],
         "last_rank": {
@@ -335,12 +323,12 @@ def make_plan(
         "megatron_version": request.megatron_version,
         "megatron_args": build_megatron_args(spec, lay, paths, train_cfg),
         # Megatron's GPT model needs a card: on the CPU backend the launch always runs the smoke job.
-        "job": "smoke" if smoke or cluster.accelerator == "cpu" else "megatron",
+        "job": "smoke" if r.smoke or cluster.accelerator == "cpu" else "megatron",
         "smoke_args": smoke_args(lay, request.train_iters, paths, train_cfg),
         # the card's dense peak at the run's precision (None: no public figure), for MFU
         "peak_tflops_per_card": cluster.peak(request.precision),
         "peak_source": cluster.peak_source(request.precision),
-        "printed_flops_convention": printed_flops_convention,
+        "printed_flops_convention": r.printed_flops_convention,
         "resume": None,
         "dataset": None
         if dataset is None
@@ -352,13 +340,9 @@ def make_plan(
             "epochs": epochs(lay.global_batch_size * lay.seq_length, request.train_iters, dataset["tokens"]),
         },
         "warnings": list(lay.warnings) + ([] if memory["fits"] else ["forced: the layout does not fit"]),
-        "forced": bool(force and not memory["fits"]),
+        "forced": bool(r.force and not memory["fits"]),
     }
     plan["summary"] = summary_lines(plan)
-    if recommendations is not None:
-        plan["recommendations"] = recommendations
-        _, assumed = cluster.cost_model_tflops(request.precision)
-        plan["recommendation_table"] = ([f"note: {assumed}"] if assumed else []) + recommendation_lines(recommendations)
     return plan
 
 
