@@ -44,8 +44,9 @@ from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure  # noqa: 
 from ansible.plugins.action import ActionBase  # noqa: E402
 from ansible.utils.display import Display  # noqa: E402
 from trainops import hang, straggler  # noqa: E402
+from trainops.cluster import node_ranks, ranks_of  # noqa: E402
 from trainops.megatron_log import parse_lines  # noqa: E402
-from trainops.run_report import progress_line, ranks_of  # noqa: E402
+from trainops.run_report import progress_line  # noqa: E402
 from trainops.watch import parse_diagnosis  # noqa: E402
 
 display = Display()
@@ -127,7 +128,7 @@ class _Progress:
         self.intervals: deque[float] = deque(maxlen=200)
         self.saving = False
         self.reports: deque[dict[str, Any]] = deque(maxlen=RECENT_REPORTS)
-        self.node_of = straggler.node_ranks(plan)
+        self.node_of = node_ranks(plan)
         # -1: the probe starts at the last 256 KiB's first whole line (a run already going, status.yml)
         self.offsets = dict.fromkeys(("log", "stdout", "stderr"), -1 if tail else 0)
 

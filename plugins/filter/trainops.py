@@ -63,6 +63,26 @@ def cluster(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def node_facts(
+    hostnames: Sequence[str],
+    hostvars: Mapping[str, Any],
+    keys: Sequence[str],
+    defaults: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Plain facts of each node for the core: ``{"name": host, key: hostvars[host][key] or defaults[key]}``."""
+    defaults = defaults or {}
+    nodes = []
+    for name in hostnames:
+        hv = hostvars[name] if name in hostvars else {}
+        nodes.append({"name": name, **{key: hv[key] if key in hv else defaults.get(key) for key in keys}})
+    return nodes
+
+
+def sizes_by_node(nodes: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any]:
+    """``{node name: node[key]}`` of node_facts' list."""
+    return {node["name"]: node.get(key) for node in nodes}
+
+
 def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
     """Quote an argument vector for bash, one ``--flag value...`` group per continued line (trainops.shell)."""
     return _core("shell").shell_arg_lines(args, indent)
@@ -103,6 +123,19 @@ def controller_path(value: Any, option: str) -> str:
     return os.path.abspath(os.path.expanduser(text))
 
 
+#: The project's backend profiles (backends/<accelerator>.yml).
+BACKENDS_DIR = os.path.join(os.path.dirname(os.path.dirname(_CORE)), "backends")
+
+
+def backend_profile(accelerator: Any, backend_env: Any = None) -> dict[str, Any]:
+    """The backend profile of ``accelerator`` with the site's ``backend_env`` over its launch_env
+    (trainops.backend); an unknown accelerator or a bad backend_env is refused, naming it."""
+    try:
+        return _core("backend").load_profile(BACKENDS_DIR, str(accelerator), backend_env)
+    except _core("errors").PlanError as exc:
+        raise AnsibleFilterError("; ".join(exc.problems)) from None
+
+
 def _filter_error(name: str, parse: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a core parser so that its own error becomes an Ansible filter error naming the filter."""
 
@@ -129,6 +162,45 @@ parse_allreduce_perf = _filter_error(
 )
 
 
+# Thin wrappers over the core's texts and checks; each is documented where it is defined.
+def train_outcome(master: str, fanout: Mapping[str, Any], watch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return _core("outcome").train_outcome(master, fanout, watch)
+
+
+def running_text(outcome: Mapping[str, Any], plan: Mapping[str, Any], run_dir: str) -> str:
+    return _core("outcome").running_text(plan, outcome, run_dir)
+
+
+def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    return _core("outcome").stop_lines(nodes)
+
+
+def silent_nodes_text(nodes: Sequence[Mapping[str, Any]], result_key: str, verb: str, then: str) -> str:
+    return _core("outcome").silent_nodes_text(nodes, result_key, verb, then)
+
+
+def status_text(probes: Sequence[Mapping[str, Any]]) -> str:
+    """status.yml's display, from its probe loop's results (each: ``item.item`` the run dir, ``watch``)."""
+    runs = [{"run_dir": probe["item"]["item"], "watch": probe["watch"]} for probe in probes]
+    return _core("outcome").status_text(runs)
+
+
+def data_problems(options: Mapping[str, Any]) -> list[str]:
+    return _core("data_request").problems(options)
+
+
+def provision_rows(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return _core("provision_report").provision_rows(nodes)
+
+
+def collective_reusable(nodes: Sequence[Mapping[str, Any]], now: float, max_age_s: float) -> bool:
+    return _core("collective").records_reusable(nodes, now, max_age_s)
+
+
+def dataset_size_mismatch(sizes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return _core("dataset_manifest").size_mismatch(sizes)
+
+
 class FilterModule:
     """mtt-train-ops filters."""
 
@@ -137,6 +209,18 @@ class FilterModule:
             "trainops_inventory_nodes": inventory_nodes,
             "trainops_inventory_problems": inventory_problems,
             "trainops_cluster": cluster,
+            "trainops_backend_profile": backend_profile,
+            "trainops_node_facts": node_facts,
+            "trainops_by_node": sizes_by_node,
+            "trainops_train_outcome": train_outcome,
+            "trainops_running_text": running_text,
+            "trainops_stop_lines": stop_lines,
+            "trainops_silent_nodes_text": silent_nodes_text,
+            "trainops_status_text": status_text,
+            "trainops_data_problems": data_problems,
+            "trainops_provision_rows": provision_rows,
+            "trainops_collective_reusable": collective_reusable,
+            "trainops_dataset_size_mismatch": dataset_size_mismatch,
             "trainops_shell_arg_lines": shell_arg_lines,
             "trainops_plan_with_resume": plan_with_resume,
             "trainops_watch_options": watch_options,

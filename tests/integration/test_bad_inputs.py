@@ -66,6 +66,8 @@ CASES = [
     ("port-low", "playbooks/plan.yml", ("-e", "master_port=80"), "master_port must be an integer 1024..65535"),
     ("port-word", "playbooks/plan.yml", ("-e", "master_port=abc"), "master_port must be an integer, got 'abc'"),
     ("headroom", "playbooks/plan.yml", ("-e", "memory_headroom_fraction=2"), "memory_headroom_fraction must be in"),
+    ("headroom-none", "playbooks/plan.yml", ("-e", "memory_headroom_fraction=none"), "fraction must be a number"),
+    ("port-none", "playbooks/plan.yml", ("-e", "master_port=none"), "master_port must be an integer, got 'none'"),
     ("memory-word", "playbooks/plan.yml", ("-e", "accelerator_memory_gib=lots"), "accelerator_memory_gib must be a"),
     ("peak-negative", "playbooks/plan.yml", ("-e", "accelerator_peak_tflops=-3"), "accelerator_peak_tflops=-3 must"),
     ("force-bool", "playbooks/plan.yml", ("-e", "force=maybe"), "force must be true or false, got 'maybe'"),

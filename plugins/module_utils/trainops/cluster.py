@@ -230,3 +230,18 @@ def uniform_cluster(num_nodes: int, slots: int, accelerator: str = "musa", **kwa
         for i in range(num_nodes)
     ]
     return cluster_from_hosts(hosts, **kwargs)
+
+
+def node_ranks(plan: Mapping[str, Any]) -> dict[int, tuple[str, int]]:
+    """Global rank -> (node, local rank), from the plan's nodes in rank order."""
+    out, first = {}, 0
+    for node in plan["nodes"]:
+        for local in range(node["slots"]):
+            out[first + local] = (node["name"], local)
+        first += node["slots"]
+    return out
+
+
+def ranks_of(plan: Mapping[str, Any], node: str) -> list[int]:
+    """The global ranks that run on ``node`` (none for a node not in the plan)."""
+    return [rank for rank, (name, _) in node_ranks(plan).items() if name == node]

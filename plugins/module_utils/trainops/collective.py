@@ -11,6 +11,7 @@ of the largest message size (the average is dragged down by small sizes).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<\w+>:")
@@ -107,3 +108,16 @@ def _row(columns: list[str], tokens: list[str]) -> dict[str, Any]:
             "wrong": wrong,
         }
     return row
+
+
+def records_reusable(nodes: Sequence[Mapping[str, Any]], now_epoch: float, max_age_s: float) -> bool:
+    """Whether every node's recorded passing result still holds: ``collective_record`` (the record kept in its
+    container: ``signature``, ``epoch``) matches its ``collective_signature`` (same container, cluster and test)
+    and is younger than ``max_age_s``."""
+    for node in nodes:
+        record = node.get("collective_record") or {}
+        if not record.get("signature") or record.get("signature") != node.get("collective_signature"):
+            return False
+        if now_epoch - float(record.get("epoch") or 0) > float(max_age_s):
+            return False
+    return True

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from typing import Any
 
 #: Version of the manifest layout; bumped when a field changes meaning.
 SCHEMA_VERSION = 1
@@ -212,3 +214,18 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
         {"int": "an integer", "float": "a number", "str": "a string", "dict": "an object"}.get(k.__name__, k.__name__)
         for k in kinds
     )
+
+
+def size_mismatch(sizes_by_node: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The files whose size differs between nodes, each as ``path: node1=SIZE node2=SIZE`` (``?``: missing)."""
+    paths = list(dict.fromkeys(path for sizes in sizes_by_node.values() for path in (sizes or {})))
+    lines = []
+    for path in paths:
+        seen = [(sizes or {}).get(path) for sizes in sizes_by_node.values()]
+        if len(set(map(str, seen))) > 1:
+            shown = " ".join(
+                f"{node}={'?' if (sizes or {}).get(path) is None else sizes[path]}"
+                for node, sizes in sizes_by_node.items()
+            )
+            lines.append(f"{path}: {shown}")
+    return lines

@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .cluster import node_ranks
 from .megatron_log import _stats
-from .straggler import node_ranks
 
 #: The floor of the computed hang timeout, and its factor over the p90 interval between iteration lines.
 MIN_HANG_TIMEOUT_S = 300.0

@@ -60,3 +60,32 @@ def write_provision_report(directory: str, timestamp: str, rows: Sequence[Mappin
         os.unlink(temporary)
         raise
     return path
+
+
+def provision_rows(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One report row per node from what provision.yml's roles found on it: ``name``, ``ansible_host``,
+    ``container_facts``, ``container_ssh_port``, ``accelerator_facts``, ``collective_results``, ``dataset_sizes``
+    (each may be missing on a node that failed early)."""
+    rows = []
+    for node in nodes:
+        container = node.get("container_facts") or {}
+        cards = node.get("accelerator_facts") or {}
+        collective = node.get("collective_results") or {}
+        rows.append(
+            {
+                "node": node["name"],
+                "address": node.get("ansible_host") or node["name"],
+                "container": container.get("name", "-"),
+                "status": container.get("status", "not provisioned"),
+                "image": container.get("image", "-"),
+                "sshd_port": node.get("container_ssh_port"),
+                "cards": cards.get("count", "-"),
+                "card_names": cards.get("names", []),
+                "driver": cards.get("driver", ""),
+                "busbw_node_gbps": (collective.get("intra") or {}).get("largest_busbw_gbps"),
+                "busbw_cluster_gbps": (collective.get("inter") or {}).get("largest_busbw_gbps"),
+                "collective": collective,
+                "data": node.get("dataset_sizes") or {},
+            }
+        )
+    return rows

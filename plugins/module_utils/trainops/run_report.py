@@ -26,25 +26,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import straggler
+from .cluster import node_ranks, ranks_of
 from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path, summarize
 
 #: Iterations left out of step-time statistics at the start of a run (compilation, allocator warm-up).
 WARMUP_ITERATIONS = 3
-
-
-def _node_ranks(plan: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
-    """Node name -> (first global rank, slots), in rank order."""
-    out, first = {}, 0
-    for node in plan["nodes"]:
-        out[node["name"]] = (first, node["slots"])
-        first += node["slots"]
-    return out
-
-
-def ranks_of(plan: Mapping[str, Any], node: str) -> list[int]:
-    """The global ranks that run on ``node``."""
-    first, slots = _node_ranks(plan).get(node, (0, 0))
-    return list(range(first, first + slots))
 
 
 def _duration(seconds: float) -> str:
@@ -95,13 +81,13 @@ def _with_ranks(failure: Mapping[str, Any] | None, plan: Mapping[str, Any], root
     if file and os.path.isabs(file) and file.startswith(root.rstrip("/") + "/"):
         out["file"] = os.path.relpath(file, root)
     inventory_node = out["file"].split("/", 1)[0] if out.get("file") else None
-    nodes = _node_ranks(plan)
-    if inventory_node in nodes:
+    node_ranks = ranks_of(plan, inventory_node) if inventory_node else []
+    if node_ranks:
         if out.get("node") not in (None, inventory_node):
             out["host"] = out["node"]
         out["node"] = inventory_node
         if out.get("rank") is None and out.get("local_rank") is not None:
-            out["rank"] = nodes[inventory_node][0] + out["local_rank"]
+            out["rank"] = node_ranks[0] + out["local_rank"]
     return out
 
 
@@ -205,9 +191,7 @@ def build_report(
             megatron["peak_tflops"] = peak
     placed = [f for f in (_with_ranks(f, plan, root) for f in log.failures) if f]
     summary["failure"] = _with_ranks(root_cause(placed), plan, root) if placed else None
-    summary["stragglers"] = straggler.assess(
-        log.stragglers, plan["world_size"], straggler_ratio, straggler.node_ranks(plan)
-    )
+    summary["stragglers"] = straggler.assess(log.stragglers, plan["world_size"], straggler_ratio, node_ranks(plan))
     summary["straggler_ratio"] = straggler_ratio
     summary["straggler_reports"] = len(log.stragglers)
     summary["hang"] = (incident or {}).get("hang")
@@ -418,7 +402,7 @@ def plot(
     ax.grid(alpha=0.3)
     if ranks:
         slow = {s["rank"]: s for s in stragglers}
-        node_of = straggler.node_ranks(plan)
+        node_of = node_ranks(plan)
         window = min(straggler.MIN_REPORTS, len(reports))
         for rank in ranks:
             if rank in slow:

@@ -189,16 +189,6 @@ def assess(
     return out
 
 
-def node_ranks(plan: Mapping[str, Any]) -> dict[int, tuple[str, int]]:
-    """Global rank -> (node, local rank), from the plan's nodes in rank order."""
-    out, first = {}, 0
-    for node in plan["nodes"]:
-        for local in range(node["slots"]):
-            out[first + local] = (node["name"], local)
-        first += node["slots"]
-    return out
-
-
 def describe(flagged: Mapping[int, float], node_of: Mapping[int, tuple[str, int]]) -> str:
     """``straggler node2 rank 2 (1.9x), node2 rank 3 (1.8x)`` for a report's slow ranks; empty when none."""
     if not flagged:

@@ -4,11 +4,17 @@ port_probe.py free PORT                      exit 3 if PORT is taken on this nod
 port_probe.py listen PORT SECONDS COUNT      accept COUNT probes (or until SECONDS), answering each
 port_probe.py probe HOST PORT SECONDS        connect to HOST:PORT, retrying until SECONDS; exit 2 on failure
 port_probe.py resolve NAME...                print the names that do not resolve (and this host's own name)
+port_probe.py node --role master|worker --port PORT --master-addr ADDR --timeout SECONDS --listen-seconds SECONDS
+              --probes COUNT --names NAME...
+    one node's whole check (role network): the master exits 3 if PORT is taken, else serves COUNT probes in the
+    background; every node then reaches the master (a worker) and resolves NAME... and prints `check`'s JSON
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import socket
 import sys
 import time
@@ -101,8 +107,42 @@ def check(host: str, port: int, seconds: float, names: list[str]) -> int:
     return 0
 
 
+def serve_in_background(port: int, seconds: float, count: int) -> None:
+    """:func:`listen` in a detached child (its own session, no inherited output), so that this check can end."""
+    if os.fork() == 0:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        try:
+            listen(port, seconds, count)
+        finally:
+            os._exit(0)
+
+
+def node(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="port_probe.py node")
+    parser.add_argument("--role", choices=("master", "worker"), required=True)
+    parser.add_argument("--port", type=int, required=True, help="the rendezvous port on the master")
+    parser.add_argument("--master-addr", required=True, help="the master's address (unused on the master)")
+    parser.add_argument("--timeout", type=float, required=True, help="seconds a worker keeps trying")
+    parser.add_argument("--listen-seconds", type=float, required=True, help="seconds the master serves probes")
+    parser.add_argument("--probes", type=int, required=True, help="probes the master answers (the workers)")
+    parser.add_argument("--names", nargs="*", default=[], help="every node's address, each must resolve")
+    args = parser.parse_args(argv)
+    if args.role == "master":
+        if free(args.port):
+            return 3
+        if args.probes > 0:
+            serve_in_background(args.port, args.listen_seconds, args.probes)
+    target = "-" if args.role == "master" else args.master_addr
+    return check(target, args.port, args.timeout, args.names)
+
+
 def main(argv: list[str]) -> int:
     command, args = argv[1], argv[2:]
+    if command == "node":
+        return node(args)
     if command == "free":
         return free(int(args[0]))
     if command == "listen":

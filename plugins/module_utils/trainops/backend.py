@@ -1,0 +1,77 @@
+"""Backend profiles (``backends/<accelerator>.yml``): what each accelerator's stack provides and needs.
+
+One loader for every play: the profile of an accelerator, with the site's ``backend_env`` (inventory) laid over
+its ``launch_env``. A new backend is one profile file plus its device tool's task file under
+``roles/accelerator/tasks/<device_tool>.yml``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from .errors import PlanError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Keys every profile must have (the roles and templates read them).
+REQUIRED_KEYS = (
+    "name",
+    "device_tool",
+    "container_env",
+    "visible_devices_env",
+    "torch_distributed_backend",
+    "collective_test",
+    "image",
+    "torchrun",
+    "megatron_home",
+    "megatron_entrypoint",
+    "launch_env",
+)
+
+
+def names(backends_dir: str) -> list[str]:
+    """The accelerators that have a profile."""
+    return sorted(f[: -len(".yml")] for f in os.listdir(backends_dir) if f.endswith(".yml"))
+
+
+def env_problems(site_env: Any) -> list[str]:
+    """Problems of the inventory's ``backend_env`` (names of environment variables to strings or numbers)."""
+    bad = (
+        [repr(site_env)]
+        if not isinstance(site_env, Mapping)
+        else [
+            f"{key!r}: {value!r}"
+            for key, value in site_env.items()
+            if not (isinstance(key, str) and _ENV_NAME.match(key))
+            or isinstance(value, bool)
+            or not isinstance(value, (str, int, float))
+        ]
+    )
+    if not bad:
+        return []
+    return [
+        "backend_env must map environment variable names (letters, digits, _) to strings or numbers, as "
+        f'backend_env: {{MCCL_ALGOS: "1"}}; got {", ".join(bad)}'
+    ]
+
+
+def load_profile(backends_dir: str, accelerator: str, site_env: Any = None) -> dict[str, Any]:
+    """The profile of ``accelerator`` with ``site_env`` over its ``launch_env``; :class:`PlanError` names what
+    is wrong (an unknown accelerator, a profile missing keys, a bad ``backend_env``)."""
+    known = names(backends_dir)
+    if accelerator not in known:
+        raise PlanError([f"accelerator {accelerator!r} has no backend profile: use one of {', '.join(known)}"])
+    path = os.path.join(backends_dir, f"{accelerator}.yml")
+    with open(path, encoding="utf-8") as handle:
+        profile = yaml.safe_load(handle) or {}
+    missing = [key for key in REQUIRED_KEYS if key not in profile]
+    problems = [f"{path} lacks {', '.join(missing)}"] if missing else []
+    problems += env_problems({} if site_env is None else site_env)
+    if problems:
+        raise PlanError(problems)
+    env = {**(profile.get("launch_env") or {}), **{k: str(v) for k, v in (site_env or {}).items()}}
+    return {**profile, "launch_env": env}

@@ -1,0 +1,117 @@
+"""What train.yml, stop.yml and status.yml tell the user at the end: the run's outcome and each node's state.
+
+The playbooks gather plain facts per node (what the fan-out returned, what the watcher saw, what stop did) and
+these functions turn them into the outcome and the lines printed, so that the wording lives in one tested place.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Longest part of a failed fan-out's output kept in the outcome's reason.
+REASON_CHARS = 600
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters, ``...`` marking the cut."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 3]
+    cut = head.rsplit(" ", 1)[0] if " " in head[-40:] else head
+    return cut + "..."
+
+
+def train_outcome(master: str, fanout: Mapping[str, Any], watch: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The run's outcome: a failed fan-out (named on the master), else what the watcher saw, else running
+    (``-e wait=false``: nothing watched)."""
+    if fanout.get("rc") != 0:
+        output = f"{fanout.get('stderr') or ''} {fanout.get('stdout') or ''}"
+        return {
+            "state": "failed",
+            "node": master,
+            "reason": f"the fan-out failed (rc {fanout.get('rc')}): {clip(output, REASON_CHARS)}",
+        }
+    return dict(watch) if watch else {"state": "running"}
+
+
+def running_text(plan: Mapping[str, Any], outcome: Mapping[str, Any], run_dir: str) -> str:
+    """What train.yml prints when it returns while the run goes on: its state and how to follow, stop and report."""
+    if outcome.get("progress") is None and "watched_s" not in outcome:
+        state = "started"
+    else:
+        state = f"is still running after {outcome.get('watched_s')} s"
+    progress = f": {outcome['progress']}" if outcome.get("progress") else ""
+    return "\n".join(
+        [
+            f"run {plan['run_id']} ({plan['exp_name']}) {state}{progress}",
+            "follow it:  ansible-playbook playbooks/status.yml",
+            "stop it:    ansible-playbook stop.yml",
+            f"report:     ansible-playbook playbooks/report.yml -e run={shlex.quote(run_dir)}",
+        ]
+    )
+
+
+def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line or more per node of what stop.yml did. Each node: ``name``, ``stop_ping`` (its ping result),
+    ``stop_container_info`` (docker_container_info's result), ``run_groups_stopped``, ``accelerator_cards``
+    (set when the cards were checked idle), ``stop_removed`` (the removal's result)."""
+    lines = []
+    for node in nodes:
+        name = node["name"]
+        ping = node.get("stop_ping") or {}
+        info = node.get("stop_container_info") or {}
+        cards = "; cards idle" if node.get("accelerator_cards") else ""
+        if ping.get("unreachable"):
+            lines.append(f"{name}: DID NOT ANSWER ({clip(str(ping.get('msg') or 'no answer').strip(), 200)})")
+        elif not info.get("exists"):
+            lines.append(f"{name}: no training container; nothing runs")
+        elif not ((info.get("container") or {}).get("State") or {}).get("Running"):
+            lines.append(f"{name}: the training container is stopped; nothing runs")
+        elif not node.get("run_groups_stopped"):
+            lines.append(f"{name}: idle, nothing to stop{cards}")
+        else:
+            for group in node["run_groups_stopped"]:
+                lines.append(
+                    f"{name}: run {group['exp']}/{group['run_id']} (process group {group['pgid']}, "
+                    f"{group['processes']} processes) {group['result']} in {group['seconds']} s{cards}"
+                )
+        if (node.get("stop_removed") or {}).get("changed"):
+            lines.append(f"{name}: container removed")
+    return lines
+
+
+def silent_nodes_text(nodes: Sequence[Mapping[str, Any]], result_key: str, verb: str, then: str) -> str:
+    """The nodes that did not answer, each named with its address (``ansible_host``), ``verb`` and the error of
+    its ping result (``node[result_key].msg``), then ``then`` (what happened to the others and what to do)."""
+    named = " ".join(
+        f"{node['name']} ({node.get('ansible_host') or node['name']}) {verb}: "
+        f"{clip(str((node.get(result_key) or {}).get('msg') or 'no answer').strip(), 200)}."
+        for node in nodes
+    )
+    return f"{named} {then}"
+
+
+def status_text(runs: Sequence[Mapping[str, Any]]) -> str:
+    """status.yml's display: per live run (``run_dir``, ``watch``: the watcher's one probe), each node's state,
+    the progress, the time since the last iteration against the hang limit, and a hang diagnosed."""
+    if not runs:
+        return "No run of this bundle is running on any node."
+    lines = []
+    for run in runs:
+        watch = run["watch"]
+        lines.append(f"run {run['run_dir']}")
+        for name, node in (watch.get("nodes") or {}).items():
+            detail = node.get("detail")
+            shown = f"(process group {detail})" if node.get("state") == "running" else detail
+            lines.append(f"  {name:<8} {node.get('state')} {shown}")
+        lines.append(f"  progress {watch.get('progress') or 'no iteration yet'}")
+        lines.append(
+            f"  quiet    {int(watch.get('seconds_since_progress') or 0)} s since the last iteration "
+            f"(hang limit {int(watch.get('hang_limit_s') or 0)} s)"
+        )
+        if watch.get("hang"):
+            lines.append(f"  hang     {watch['hang']['confidence']} confidence: {watch['hang']['finding']}")
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+#!/usr/bin/python
+"""Documentation of the train_watch action plugin (plugins/action/train_watch.py); the plugin does the work."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: train_watch
+short_description: Follow a launched training run from its master until it ends, naming a failed, hung or slow rank
+description:
+  - Every O(poll_interval) seconds runs the run's C(probe.sh) in the master's training container, with the docker
+    CLI over the play's connection to the master node. The probe reports each node's launch state (over the
+    containers' sshd) and the new bytes of the last rank's log and of rank 0's stdout and stderr.
+  - Prints a progress line every O(progress_interval) seconds (iteration, loss, step time, tokens/s and TFLOP/s
+    per card, memory, ETA, and the stragglers of the last 200 straggler reports).
+  - Ends the watch C(finished) when every node's torchrun exited 0; C(failed), naming the node, when one exited
+    non-zero, vanished, stayed unreachable for two probes or did not start within O(start_timeout); and
+    C(running) when O(wait) seconds passed (the job goes on).
+  - When no new iteration line came for the hang limit, runs C(diagnose.sh) (every rank's state, wait channel,
+    CPU and py-spy stack on every node) and names the culprit; with O(on_hang=stop) the run ends C(failed) with
+    kind C(hang), with C(warn) the finding is printed and watching goes on. The evidence goes to
+    C(<evidence_dir>/hang/).
+  - Changes nothing on any node.
+version_added: "0.2.0"
+author: mtt-train-ops
+options:
+  container:
+    description: Name of the training container on the master.
+    type: str
+    default: train
+  probe:
+    description: The run's C(probe.sh) inside the container (C(<run_dir>/probe.sh), rendered with the run).
+    type: str
+    required: true
+  diagnose:
+    description: The run's C(diagnose.sh) inside the container; defaults to the one beside O(probe).
+    type: str
+  plan:
+    description: The run's plan (C(plan.json)) with its master, nodes, ranks, tokens per iteration and train_iters.
+    type: dict
+    required: true
+  wait:
+    description: Seconds to watch before returning C(running) while the run goes on; 0 probes once.
+    type: float
+    default: 86400
+  poll_interval:
+    description: Seconds between probes (at least 1).
+    type: float
+    default: 5
+  progress_interval:
+    description: Seconds between progress lines; 0 prints one at every new iteration.
+    type: float
+    default: 30
+  start_timeout:
+    description: Seconds a node may take to start its launch before the run is failed, naming it.
+    type: float
+    default: 120
+  hang_timeout:
+    description:
+      - Seconds without a new iteration line before the run is diagnosed as hung, or C(auto)
+        (C(max(10 x p90 time between iteration lines, 300 s)); at least 1,800 s before the first iteration and
+        while a checkpoint is being saved).
+    type: raw
+    default: auto
+  on_hang:
+    description: What a diagnosed hang does.
+    type: str
+    choices: [stop, warn]
+    default: stop
+  straggler_ratio:
+    description: A rank whose compute time over a window of straggler reports is at least this many times the
+      median of the other ranks' is named a straggler.
+    type: float
+    default: 1.2
+  evidence_dir:
+    description: Controller directory of the run; a hang's evidence goes to its C(hang/) subdirectory.
+    type: path
+  tail:
+    description: Read the last 256 KiB of the logs on the first probe, and date the last iteration by the log's
+      age (status.yml, for a run already going).
+    type: bool
+    default: false
+notes:
+  - An action plugin; run it on the master node of the plan (train.yml and status.yml do). The options are
+    checked on the controller first by C(trainops.watch.watch_options) (train.yml's C(-e) options).
+"""
+
+EXAMPLES = r"""
+- name: Follow the run until it ends
+  train_watch:
+    container: train
+    probe: "{{ plan.run_dir }}/probe.sh"
+    plan: "{{ plan }}"
+    wait: 86400
+    hang_timeout: auto
+    on_hang: stop
+    evidence_dir: "{{ run_dir }}"
+  register: watched
+  when: inventory_hostname == plan.master
+"""
+
+RETURN = r"""
+watch:
+  description: How the run went.
+  returned: always
+  type: dict
+  contains:
+    state: {description: "finished, failed or running.", type: str}
+    kind: {description: "For a failed run: exited, killed, lost, not started or hang.", type: str}
+    node: {description: "The node a failure is named on.", type: str}
+    reason: {description: "The cause in words.", type: str}
+    ranks: {description: "The global ranks of that node.", type: list}
+    hang: {description: "The hang diagnosis (finding, confidence, culprits, evidence), when one was made.", type: dict}
+    nodes: {description: "Each node's last launch state and detail.", type: dict}
+    last_iteration: {description: "The last iteration record seen.", type: dict}
+    progress: {description: "The last progress line.", type: str}
+    watched_s: {description: "Seconds watched.", type: float}
+    first_iteration_s: {description: "Seconds from the start of watching to the first iteration.", type: float}
+    seconds_since_progress: {description: "Seconds since the last new iteration line.", type: float}
+    hang_limit_s: {description: "The hang limit in force at the end.", type: float}
+"""

@@ -1,0 +1,47 @@
+"""Pack one node's logs of a run into a tarball (mtt-train-ops, role collect); run in the training container.
+
+    python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --pack FILE.tgz
+
+Packs ``DIR/logs/NAME/`` with the node's launch output (``logs/launch-NAME.out`` as ``launch.out``) and its
+exit status (``exit/NAME.rc`` as ``exit.rc``) copied in first. Exit 2, naming the directory, when the run
+directory is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tarfile
+
+
+def pack(run_dir: str, node: str, pack_path: str) -> None:
+    logs = os.path.join(run_dir, "logs", node)
+    os.makedirs(logs, exist_ok=True)
+    extras = {os.path.join(run_dir, "logs", f"launch-{node}.out"): "launch.out",
+              os.path.join(run_dir, "exit", f"{node}.rc"): "exit.rc"}  # fmt: skip
+    for source, name in extras.items():
+        if os.path.isfile(source):
+            shutil.copyfile(source, os.path.join(logs, name))
+    with tarfile.open(pack_path + ".tmp", "w:gz") as tar:
+        for entry in sorted(os.listdir(logs)):
+            tar.add(os.path.join(logs, entry), arcname=f"./{entry}")
+    os.replace(pack_path + ".tmp", pack_path)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, help="the run's directory inside the container")
+    parser.add_argument("--node", required=True, help="this node's inventory name")
+    parser.add_argument("--pack", required=True, help="the tarball to write")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.run_dir):
+        print(f"the run directory {args.run_dir} does not exist in this container", file=sys.stderr)
+        return 2
+    pack(args.run_dir, args.node, args.pack)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,244 @@
+"""The programs the roles run in the training containers (roles/*/files/*.py), run here exactly as the roles run
+them: ``python3 -c "<the file's text>" --named arguments``, on this machine's processes and files."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(role: str, script: str, *args: str, stdin: str = "", env: dict | None = None, timeout: float = 60):
+    text = (ROOT / "roles" / role / "files" / script).read_text()
+    return subprocess.run(
+        [sys.executable, "-c", text, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# collect: pack_logs.py
+
+
+def test_pack_logs_packs_the_nodes_logs_with_its_launch_output_and_exit_status(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "logs" / "node1" / "flight").mkdir(parents=True)
+    (run_dir / "logs" / "node1" / "rank0.log").write_text("iteration 1\n")
+    (run_dir / "logs" / "node1" / "flight" / "dump").write_text("x")
+    (run_dir / "logs" / "launch-node1.out").write_text("started\n")
+    (run_dir / "exit").mkdir()
+    (run_dir / "exit" / "node1.rc").write_text("0\n")
+    pack = tmp_path / "pack.tgz"
+    done = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node1", "--pack", str(pack))
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(pack) as tar:
+        names = sorted(tar.getnames())
+    assert names == ["./exit.rc", "./flight", "./flight/dump", "./launch.out", "./rank0.log"]
+    assert not (tmp_path / "pack.tgz.tmp").exists()
+
+
+def test_pack_logs_names_a_missing_run_directory(tmp_path):
+    done = run("collect", "pack_logs.py", "--run-dir", str(tmp_path / "gone"), "--node", "n", "--pack", "/tmp/x.tgz")
+    assert done.returncode == 2
+    assert f"the run directory {tmp_path / 'gone'} does not exist" in done.stderr
+
+
+def test_pack_logs_requires_its_named_arguments():
+    done = run("collect", "pack_logs.py", "--node", "n")
+    assert done.returncode == 2 and "--run-dir" in done.stderr
+
+
+# launch: write_run_files.py
+
+
+def test_write_run_files_writes_each_file_whole_with_scripts_executable(tmp_path):
+    files = {"plan.json": "{}", "launch-node1.sh": "#!/bin/bash\n", "sub/smoke.py": "print(1)\n"}
+    done = run("launch", "write_run_files.py", "--run-dir", str(tmp_path), stdin=json.dumps(files))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3"
+    assert (tmp_path / "plan.json").read_text() == "{}"
+    assert oct((tmp_path / "launch-node1.sh").stat().st_mode & 0o777) == "0o755"
+    assert oct((tmp_path / "plan.json").stat().st_mode & 0o777) == "0o644"
+    assert (tmp_path / "sub" / "smoke.py").is_file() and (tmp_path / "logs").is_dir()
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("name", ["../escape.sh", "/etc/passwd"])
+def test_write_run_files_refuses_names_outside_the_run_directory(tmp_path, name):
+    done = run("launch", "write_run_files.py", "--run-dir", str(tmp_path / "run"), stdin=json.dumps({name: "x"}))
+    assert done.returncode == 2 and "outside the run directory" in done.stderr
+    assert not (tmp_path / "escape.sh").exists()
+
+
+# dataset: measure.py
+
+
+def test_measure_sizes_the_dataset_pair_and_a_tokenizer_directory(tmp_path):
+    (tmp_path / "ds.bin").write_bytes(b"x" * 10)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "a.json").write_bytes(b"y" * 3)
+    (tmp_path / "tok" / "b.model").write_bytes(b"z" * 4)
+    done = run("dataset", "measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
+    assert done.returncode == 0, done.stderr
+    sizes = json.loads(done.stdout)
+    assert sizes == {str(tmp_path / "ds.bin"): 10, str(tmp_path / "ds.idx"): None, str(tmp_path / "tok"): 7}
+
+
+# collective: allreduce_perf.py
+
+
+@pytest.fixture
+def fake_test(tmp_path):
+    """An executable that prints its arguments, in place of all_reduce_perf."""
+    path = tmp_path / "all_reduce_perf"
+    path.write_text('#!/bin/sh\necho "args: $*"\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_allreduce_perf_runs_the_sweep_on_this_nodes_cards(fake_test):
+    done = run("collective", "allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
+               "--timeout", "30")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "args: -b 8 -e 1G -f 2 -g 8 -c 1"
+
+
+def test_allreduce_perf_exits_127_without_the_test_binary(tmp_path):
+    done = run("collective", "allreduce_perf.py", "--test", str(tmp_path / "none"), "--max-bytes", "1G", "--gpus",
+               "8", "--timeout", "30")  # fmt: skip
+    assert done.returncode == 127 and "no executable all_reduce_perf" in done.stderr
+
+
+def test_allreduce_perf_across_nodes_exits_126_without_mpirun(fake_test, tmp_path):
+    (tmp_path / "bin").mkdir()
+    for tool in ("timeout", "sh"):
+        os.symlink(
+            subprocess.check_output(["sh", "-c", f"command -v {tool}"], text=True).strip(), tmp_path / "bin" / tool
+        )
+    done = run("collective", "allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
+               "--timeout", "30", "--hosts", "10.0.0.1,10.0.0.2", env={"PATH": str(tmp_path / "bin")})  # fmt: skip
+    assert done.returncode == 126 and "no mpirun" in done.stderr
+
+
+def test_allreduce_perf_across_nodes_runs_mpirun_over_the_containers_sshd(fake_test, tmp_path):
+    (tmp_path / "bin").mkdir()
+    mpirun = tmp_path / "bin" / "mpirun"
+    mpirun.write_text('#!/bin/sh\necho "mpirun $*"\n')
+    mpirun.chmod(0o755)
+    done = run("collective", "allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
+               "--timeout", "30", "--hosts", "10.0.0.1,10.0.0.2", "--ssh-port", "2299", "--ssh-key", "/k",
+               env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "mpirun --allow-run-as-root -np 2 -H 10.0.0.1:1,10.0.0.2:1 --bind-to none -mca plm_rsh_args "
+        f"-p 2299 -i /k -o BatchMode=yes -o StrictHostKeyChecking=yes -x PATH -x LD_LIBRARY_PATH {fake_test} "
+        "-b 8 -e 1G -f 2 -g 8 -c 1"
+    )
+
+
+# network: port_probe.py node
+
+
+def test_port_probe_node_master_serves_a_worker_that_reaches_it():
+    port = _free_port()
+    master = run("network", "port_probe.py", "node", "--role", "master", "--port", str(port), "--master-addr", "-",
+                 "--timeout", "5", "--listen-seconds", "10", "--probes", "1", "--names", "localhost")  # fmt: skip
+    assert master.returncode == 0, master.stderr
+    assert json.loads(master.stdout)["probe_error"] is None
+    worker = run("network", "port_probe.py", "node", "--role", "worker", "--port", str(port),
+                 "--master-addr", "127.0.0.1", "--timeout", "5", "--listen-seconds", "10", "--probes", "0",
+                 "--names", "localhost")  # fmt: skip
+    assert worker.returncode == 0, worker.stderr
+    report = json.loads(worker.stdout)
+    assert report["probe_error"] is None and report["target"] == f"127.0.0.1:{port}"
+
+
+def test_port_probe_node_master_exits_3_when_its_port_is_taken():
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = run("network", "port_probe.py", "node", "--role", "master", "--port", str(port), "--master-addr", "-",
+                   "--timeout", "1", "--listen-seconds", "1", "--probes", "1")  # fmt: skip
+    assert done.returncode == 3 and f"port {port} is in use" in done.stdout
+
+
+def test_port_probe_node_worker_names_a_master_that_does_not_answer():
+    port = _free_port()
+    done = run("network", "port_probe.py", "node", "--role", "worker", "--port", str(port), "--master-addr",
+               "127.0.0.1", "--timeout", "1", "--listen-seconds", "1", "--probes", "0")  # fmt: skip
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["probe_error"]
+
+
+# data_build: build_job.py
+
+
+def _builder(directory: Path, body: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "build_dataset.py").write_text(body)
+
+
+def _wait_for_rc(directory: Path, limit: float = 30) -> dict:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        polled = json.loads(run("data_build", "build_job.py", "poll", "--dir", str(directory)).stdout)
+        if polled["rc"] is not None:
+            return polled
+        time.sleep(0.2)
+    raise AssertionError("the build did not end")
+
+
+def test_build_job_starts_detached_reports_progress_and_the_outcome(tmp_path):
+    _builder(tmp_path, "import json, sys\n"
+             "json.dump({'state': 'done', 'tokens': 7}, open(sys.argv[2], 'w'))\n"
+             "print('args', sys.argv[3:])\n")  # fmt: skip
+    started = time.monotonic()
+    done = run("data_build", "build_job.py", "start", "--dir", str(tmp_path), "--", "--input", "/x")
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 10
+    polled = _wait_for_rc(tmp_path)
+    assert polled == {"rc": 0, "progress": {"state": "done", "tokens": 7}}
+    outcome = json.loads(run("data_build", "build_job.py", "outcome", "--dir", str(tmp_path)).stdout)
+    assert outcome == {"rc": 0, "error": "", "tail": ["args ['--input', '/x']"]}
+
+
+def test_build_job_outcome_names_the_builders_error(tmp_path):
+    _builder(tmp_path, "print('working')\nprint('ERROR: input /x does not exist')\nraise SystemExit(3)\n")
+    assert run("data_build", "build_job.py", "start", "--dir", str(tmp_path)).returncode == 0
+    assert _wait_for_rc(tmp_path)["rc"] == 3
+    outcome = json.loads(run("data_build", "build_job.py", "outcome", "--dir", str(tmp_path)).stdout)
+    assert outcome["rc"] == 3 and outcome["error"] == "input /x does not exist"
+
+
+def test_build_job_refuses_a_second_build_of_the_same_output(tmp_path):
+    _builder(tmp_path, "import time\ntime.sleep(30)\n")
+    assert run("data_build", "build_job.py", "start", "--dir", str(tmp_path)).returncode == 0
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pid = int((tmp_path / "pid").read_text())
+    try:
+        again = run("data_build", "build_job.py", "start", "--dir", str(tmp_path))
+        assert again.returncode == 9
+        assert f"already running (pid {pid}, log {tmp_path / 'log'})" in again.stderr
+    finally:
+        os.killpg(pid, 9)
