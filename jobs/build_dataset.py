@@ -166,6 +166,9 @@ def _worker_init(tokenizer_path: str, json_key: str, dtype_name: str) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one worker, one core
     os.environ["RAYON_NUM_THREADS"] = "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides
+    # Pool.terminate() ends workers with SIGTERM; the main process's handler (sys.exit, inherited by fork) would
+    # run Python in a worker blocked on the task queue's lock and could leave it waiting there for ever.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     import numpy
 
     encode, _, info = _make_encoder(tokmod.describe(tokenizer_path))
