@@ -201,6 +201,47 @@ def dataset_size_mismatch(sizes: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return _core("dataset_manifest").size_mismatch(sizes)
 
 
+def attempt_record(outcome: Mapping[str, Any], attempt: Any, times: Sequence[Any], summary: Any, marks: Any) -> dict:
+    """One attempt's record (trainops.recovery.attempt_record): ``times`` its start and end (epoch seconds),
+    ``marks`` the checkpoint it resumed from and the one it left, as the tracker's text ('' for none)."""
+    started_at, ended_at = (float(t) for t in times)
+    resumed_from, left = (_tracker_iteration(m) for m in marks)
+    return _core("recovery").attempt_record(int(attempt), started_at, ended_at, outcome, summary, resumed_from, left)
+
+
+def retry_decision(attempts: Sequence[Mapping[str, Any]], options: Mapping[str, Any], stop: Any, lost: Any, nodes: Any):
+    """trainops.recovery.retry_decision with train.yml's options (max_restarts, elastic, min_nodes)."""
+    return _core("recovery").retry_decision(
+        attempts, int(options["max_restarts"]), bool(stop), lost, bool(options.get("elastic")),
+        int(options.get("min_nodes") or 1), int(nodes),
+    )  # fmt: skip
+
+
+def replan_note(new: Mapping[str, Any], old: Mapping[str, Any], lost: Mapping[str, str]) -> str:
+    return _core("recovery").replan_note(old, new, lost)
+
+
+def lost_nodes(plan: Mapping[str, Any], answering: Sequence[str], hostvars: Mapping[str, Any], key: str) -> dict:
+    """The plan's nodes that cannot take part in another attempt (trainops.recovery.lost_nodes); ``key``: the
+    registered ping of each node."""
+    reach = {n["name"]: hostvars[n["name"]].get(key) if n["name"] in hostvars else None for n in plan["nodes"]}
+    return _core("recovery").lost_nodes(plan, list(answering), reach)
+
+
+def _tracker_iteration(text: Any) -> int | None:
+    """The iteration of Megatron's latest_checkpointed_iteration.txt text; None for none ('release': 0)."""
+    if text is None or isinstance(text, int):
+        return text
+    value = str(text).strip()
+    if not value:
+        return None
+    if value == "release":
+        return 0
+    if not (value.isascii() and value.isdigit()):
+        raise AnsibleFilterError(f"latest_checkpointed_iteration.txt holds {value!r}, not an iteration")
+    return int(value)
+
+
 class FilterModule:
     """mtt-train-ops filters."""
 
@@ -221,6 +262,10 @@ class FilterModule:
             "trainops_provision_rows": provision_rows,
             "trainops_collective_reusable": collective_reusable,
             "trainops_dataset_size_mismatch": dataset_size_mismatch,
+            "trainops_attempt_record": attempt_record,
+            "trainops_retry_decision": retry_decision,
+            "trainops_lost_nodes": lost_nodes,
+            "trainops_replan_note": replan_note,
             "trainops_shell_arg_lines": shell_arg_lines,
             "trainops_plan_with_resume": plan_with_resume,
             "trainops_watch_options": watch_options,

@@ -94,6 +94,11 @@ CASES = [
     ("progress", "train.yml", ("-e", "progress_interval=x"), "-e progress_interval='x' is not a number"),
     ("start-timeout", "train.yml", ("-e", "start_timeout=0"), "-e start_timeout='0' must be at least 1"),
     ("runs-dir-empty", "train.yml", ("-e", "runs_dir="), "-e runs_dir= is empty"),
+    ("restarts-word", "train.yml", ("-e", "max_restarts=x"), "-e max_restarts='x' must be a whole number >= 0"),
+    ("restarts-nowait", "train.yml", ("-e", "max_restarts=1", "-e", "wait=false"), "max_restarts=1 needs the watcher"),
+    ("elastic-bool", "train.yml", ("-e", "elastic=maybe"), "-e elastic='maybe' must be true or false"),
+    ("elastic-alone", "train.yml", ("-e", "elastic=true"), "give -e max_restarts=N (N >= 1) too"),
+    ("min-nodes", "train.yml", ("-e", "max_restarts=1", "-e", "min_nodes=0"), "-e min_nodes='0' must be a whole"),
     ("train-exp", "train.yml", _e(exp="a/b"), "exp 'a/b' must not contain '/'"),
     # data.yml
     ("data-missing", "playbooks/data.yml", (), "-e input=... is required"),

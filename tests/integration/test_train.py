@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from testbed import ROOT, SMALL, docker, in_container, in_node, playbook, recap
+from testbed import ROOT, SMALL, docker, heal_node2, in_container, in_node, playbook, recap
 from testbed import latest_run as _latest_run
 from testbed import train_in_background as _train_in_background
 from testbed import wait_for_iterations as _wait_for_iterations
@@ -168,15 +168,4 @@ def test_a_worker_node_lost_mid_run_is_named_and_the_rest_stopped(provisioned):
         assert summary["failure"]["node"] == "node2" and summary["nodes_missing"] == ["node2"]
     finally:
         # bring node2 back as provision.yml leaves it (its container restarts; its sshd is started again)
-        _heal()
-
-
-def _heal() -> None:
-    """Provision until node2, restarted, answers again (its engine restarts its containers on its own time)."""
-    last = None
-    for _ in range(6):
-        time.sleep(5)
-        last = playbook("provision.yml")
-        if last.returncode == 0:
-            return
-    raise AssertionError(last.stdout[-4000:])
+        heal_node2()

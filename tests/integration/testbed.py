@@ -104,3 +104,14 @@ def rank_pid(node: str, exp: str, rank: int) -> int:
     found = in_container(node, script).stdout.strip()
     assert found.isdigit(), f"no process of rank {rank} of {exp} on {node}"
     return int(found)
+
+
+def heal_node2() -> None:
+    """Provision until node2, restarted, answers again (its engine restarts its containers on its own time)."""
+    last = None
+    for _ in range(6):
+        time.sleep(5)
+        last = playbook("provision.yml")
+        if last.returncode == 0:
+            return
+    raise AssertionError(last.stdout[-4000:])

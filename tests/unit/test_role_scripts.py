@@ -242,3 +242,37 @@ def test_build_job_refuses_a_second_build_of_the_same_output(tmp_path):
         assert f"already running (pid {pid}, log {tmp_path / 'log'})" in again.stderr
     finally:
         os.killpg(pid, 9)
+
+
+# collect: pack_logs.py --set-aside (train.yml's restarts)
+
+
+def test_pack_logs_sets_an_attempts_logs_aside_for_the_next(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "logs" / "node2" / "x_abc" / "attempt_0" / "1").mkdir(parents=True)
+    (run_dir / "logs" / "node2" / "x_abc" / "attempt_0" / "1" / "stdout.log").write_text("iteration 3\n")
+    (run_dir / "logs" / "launch-node2.out").write_text("started\n")
+    (run_dir / "logs" / "node1").mkdir()
+    (run_dir / "exit").mkdir()
+    (run_dir / "exit" / "node2.rc").write_text("1\n")
+    target = run_dir / "attempt-1"
+    done = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node2", "--set-aside", str(target))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["logs/node2", "logs/launch-node2.out", "exit/node2.rc"]
+    assert (target / "logs" / "node2" / "x_abc" / "attempt_0" / "1" / "stdout.log").read_text() == "iteration 3\n"
+    assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["node1"]
+    assert not (run_dir / "exit" / "node2.rc").exists()
+
+
+# launch: run_marks.py (the checkpoint an attempt left, the restart mark)
+
+
+def test_run_marks_reads_the_checkpoint_tracker_and_the_restart_mark(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "run").mkdir()
+    empty = run("launch", "run_marks.py", str(tmp_path / "ckpt"), str(tmp_path / "run"))
+    assert json.loads(empty.stdout) == {"checkpoint": "", "restarting": False}
+    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("15\n")
+    (tmp_path / "run" / "restarting").write_text("x")
+    marked = run("launch", "run_marks.py", str(tmp_path / "ckpt"), str(tmp_path / "run"))
+    assert json.loads(marked.stdout) == {"checkpoint": "15", "restarting": True}

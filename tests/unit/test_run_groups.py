@@ -149,7 +149,7 @@ def test_list_then_stop_by_sigterm_then_nothing_left(launches):
     assert wait_for(lambda: not alive(started["rank"]) and not alive(started["pgid"]))
 
     rc, again = run_script("stop", "node1", str(launches.work_home), "--grace", "5")
-    assert (rc, again) == (0, {"node": "node1", "stopped": [], "live_after": []})
+    assert (rc, again) == (0, {"node": "node1", "stopped": [], "live_after": [], "restarts_cancelled": []})
 
 
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(launches):
@@ -216,3 +216,23 @@ def test_a_group_whose_processes_carry_the_mark_is_live(launches):
     assert wait_for(lambda: os.getpgid(proc.pid) == proc.pid)
     (run_dir / "pids" / "node1.pid").write_text(f"{proc.pid}\n")
     assert [g["pgid"] for g in run_groups.live_groups("node1", str(launches.work_home))] == [proc.pid]
+
+
+def test_stop_cancels_the_restarts_of_every_run_only_when_asked(tmp_path):
+    runs = [tmp_path / "runs" / "exp" / "r1", tmp_path / "runs" / ODD_EXP / "r2"]
+    for run in runs:
+        run.mkdir(parents=True)
+        (run / "restarting").write_text("x\n")
+    plain = subprocess.run(
+        [sys.executable, str(SCRIPT), "stop", "node1", str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert json.loads(plain.stdout)["restarts_cancelled"] == []
+    assert all((run / "restarting").exists() for run in runs)
+    asked = subprocess.run(
+        [sys.executable, str(SCRIPT), "stop", "node1", str(tmp_path), "--cancel-restarts"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(asked.stdout)["restarts_cancelled"] == sorted(str(run) for run in runs)
+    assert not any((run / "restarting").exists() for run in runs)

@@ -229,6 +229,10 @@ def build_megatron_args(
             paths.checkpoint_dir,
             "--save-interval",
             str(t.save_interval),
+            # Megatron 0.14's default, said: a torch_dist checkpoint (fully sharded optimizer state, the default
+            # fully parallel save kept) loads on another data-parallel size, tp or pp (docs/train.md).
+            "--ckpt-format",
+            "torch_dist",
         ]
     args += ["--distributed-timeout-minutes", str(t.distributed_timeout_minutes)]
     if t.log_straggler:

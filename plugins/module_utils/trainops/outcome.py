@@ -57,7 +57,8 @@ def running_text(plan: Mapping[str, Any], outcome: Mapping[str, Any], run_dir: s
 def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line or more per node of what stop.yml did. Each node: ``name``, ``stop_ping`` (its ping result),
     ``stop_container_info`` (docker_container_info's result), ``run_groups_stopped``, ``accelerator_cards``
-    (set when the cards were checked idle), ``stop_removed`` (the removal's result)."""
+    (set when the cards were checked idle), ``run_groups_restarts_cancelled`` (runs whose restart mark stop.yml
+    removed), ``stop_removed`` (the removal's result)."""
     lines = []
     for node in nodes:
         name = node["name"]
@@ -78,6 +79,8 @@ def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
                     f"{name}: run {group['exp']}/{group['run_id']} (process group {group['pgid']}, "
                     f"{group['processes']} processes) {group['result']} in {group['seconds']} s{cards}"
                 )
+        for run_dir in node.get("run_groups_restarts_cancelled") or []:
+            lines.append(f"{name}: run {run_dir}: restarts cancelled (train.yml starts no new attempt)")
         if (node.get("stop_removed") or {}).get("changed"):
             lines.append(f"{name}: container removed")
     return lines

@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import straggler
+from . import recovery, straggler
 from .cluster import node_ranks, ranks_of
 from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path, summarize
 
@@ -467,6 +467,7 @@ def write_report(
     if node_dirs:
         log = parse_path(
             root,
+            exclude=recovery.attempt_dirs(root),
             seq_length=plan["seq_length"],
             world_size=plan["world_size"],
             warmup_iterations=WARMUP_ITERATIONS,
@@ -478,10 +479,14 @@ def write_report(
     summary = build_report(log, plan, root, incident, missing, straggler_ratio)
     summary["nodes_collected"] = node_dirs
     summary["nodes_missing"] = missing
+    attempts = recovery.read_attempts(root)
+    step = (summary.get("step_time_ms") or {}).get("median")
+    summary["attempts"] = attempts
+    summary["recovery"] = recovery.goodput(attempts, step / 1000 if step else None) if attempts else {}
     _write_jsonl(os.path.join(root, "metrics.jsonl"), log.iterations)
     _write_jsonl(os.path.join(root, "memory.jsonl"), log.memory)
     summary["plots"] = plot(root, log.iterations, plan, log.stragglers, summary["stragglers"], straggler_ratio)
-    table = summary_table(summary)
+    table = summary_table(summary) + recovery.attempts_table(attempts, summary["recovery"])
     if summary["nodes_missing"]:
         table.append(f"missing      no logs from {', '.join(summary['nodes_missing'])} (not collected)")
     summary["table"] = table

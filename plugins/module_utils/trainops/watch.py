@@ -58,7 +58,10 @@ def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     ``hang_timeout``: ``auto`` (default: ``max(10 x p90 time between iteration lines, 300 s)``) or seconds > 0;
     ``on_hang``: ``stop`` (default) or ``warn``; ``straggler_ratio``: > 1 (default 1.2); ``wait``: a boolean;
-    ``fresh``: a boolean; ``train_wait``, ``poll_interval``, ``progress_interval``, ``start_timeout``: seconds.
+    ``fresh``: a boolean; ``train_wait``, ``poll_interval``, ``progress_interval``, ``start_timeout``: seconds;
+    ``max_restarts``: a whole number >= 0 (default 0: a failed run is not launched again), which needs ``wait``;
+    ``elastic``: a boolean (re-plan on the nodes that remain at a restart; needs ``max_restarts``); ``min_nodes``:
+    the fewest nodes such a re-plan may use (>= 1).
     """
     problems: list[str] = []
     out: dict[str, Any] = {}
@@ -85,6 +88,28 @@ def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
     out["straggler_ratio"] = _number(
         "straggler_ratio", raw.get("straggler_ratio", DEFAULT_RATIO), 1.0, problems, above=True
     )
+    restarts = raw.get("max_restarts", 0)
+    text = str(restarts).strip()
+    if isinstance(restarts, bool) or not (text.isascii() and text.isdigit()):
+        problems.append(f"-e max_restarts={restarts!r} must be a whole number >= 0 (0: no restart)")
+        out["max_restarts"] = 0
+    else:
+        out["max_restarts"] = int(text)
+    out["elastic"] = _boolean("elastic", raw.get("elastic", False), problems)
+    nodes = raw.get("min_nodes", 1)
+    text = str(nodes).strip()
+    if isinstance(nodes, bool) or not (text.isascii() and text.isdigit() and int(text) >= 1):
+        problems.append(f"-e min_nodes={nodes!r} must be a whole number >= 1")
+        out["min_nodes"] = 1
+    else:
+        out["min_nodes"] = int(text)
+    if out["elastic"] and not out["max_restarts"]:
+        problems.append("-e elastic=true re-plans at a restart: give -e max_restarts=N (N >= 1) too")
+    if out["max_restarts"] and out["wait"] is False:
+        problems.append(
+            f"-e max_restarts={out['max_restarts']} needs the watcher: drop -e wait=false (train.yml restarts a run "
+            "it watches)"
+        )
     if problems:
         raise PlanError(problems)
     return out

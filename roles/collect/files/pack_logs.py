@@ -1,10 +1,12 @@
 """Pack one node's logs of a run into a tarball (mtt-train-ops, role collect); run in the training container.
 
     python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --pack FILE.tgz
+    python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --set-aside DIR/attempt-K
 
 Packs ``DIR/logs/NAME/`` with the node's launch output (``logs/launch-NAME.out`` as ``launch.out``) and its
-exit status (``exit/NAME.rc`` as ``exit.rc``) copied in first. Exit 2, naming the directory, when the run
-directory is missing.
+exit status (``exit/NAME.rc`` as ``exit.rc``) copied in first. ``--set-aside`` instead moves the node's logs,
+launch output and exit status of an attempt that ended into ``attempt-K/`` (train.yml's restarts), so the next
+attempt's launch writes its own. Exit 2, naming the directory, when the run directory is missing.
 """
 
 from __future__ import annotations
@@ -30,15 +32,36 @@ def pack(run_dir: str, node: str, pack_path: str) -> None:
     os.replace(pack_path + ".tmp", pack_path)
 
 
+def set_aside(run_dir: str, node: str, target: str) -> list[str]:
+    """Move the node's logs, launch output and exit status into ``target``; returns what was moved."""
+    moved = []
+    for part in (
+        os.path.join("logs", node),
+        os.path.join("logs", f"launch-{node}.out"),
+        os.path.join("exit", f"{node}.rc"),
+    ):
+        source = os.path.join(run_dir, part)
+        if os.path.exists(source):
+            os.makedirs(os.path.dirname(os.path.join(target, part)), exist_ok=True)
+            os.replace(source, os.path.join(target, part))
+            moved.append(part)
+    return moved
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, help="the run's directory inside the container")
     parser.add_argument("--node", required=True, help="this node's inventory name")
-    parser.add_argument("--pack", required=True, help="the tarball to write")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--pack", help="the tarball to write")
+    action.add_argument("--set-aside", help="move the node's logs of an ended attempt into this directory")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_dir):
         print(f"the run directory {args.run_dir} does not exist in this container", file=sys.stderr)
         return 2
+    if args.set_aside:
+        print(" ".join(set_aside(args.run_dir, args.node, args.set_aside)))
+        return 0
     pack(args.run_dir, args.node, args.pack)
     return 0
 

@@ -3,7 +3,7 @@
 Run inside the training container (python3, standard library only):
 
     python3 - list NODE WORK_HOME [--run-dir DIR]
-    python3 - stop NODE WORK_HOME [--run-dir DIR] [--grace SECONDS]
+    python3 - stop NODE WORK_HOME [--run-dir DIR] [--grace SECONDS] [--cancel-restarts]
 
 Every launch script records its process group in ``<work_home>/runs/<exp>/<run>/pids/<NODE>.pid`` (the fan-out
 starts it with setsid: the group holds that shell and torchrun) and exports ``MTT_TRAIN_OPS_RUN=<run dir>``,
@@ -11,7 +11,9 @@ which every process it starts inherits: torchrun puts each rank in a session of 
 found by that mark, not by the group. A launch counts as live only while a process of its group runs from
 the run directory or carries its mark, so a recycled process-group id is never signalled. ``stop`` sends
 SIGTERM to the group and every marked process, waits up to the grace period, then sends SIGKILL, and checks
-that none is left. It prints one JSON object.
+that none is left. With ``--cancel-restarts`` (stop.yml) it also removes the ``restarting`` mark of every run
+(``<run dir>/restarting``, written by a train.yml that restarts the run after a failure: ``-e max_restarts``),
+so that train.yml starts no new attempt. It prints one JSON object.
 """
 
 import argparse
@@ -122,6 +124,24 @@ def stop(group, grace):
     )
 
 
+RESTART_MARK = "restarting"
+
+
+def cancel_restarts(work_home, run_dir=None):
+    """Remove the restart mark of every run under ``work_home`` (or of ``run_dir``); the run dirs it was in."""
+    pattern = (
+        os.path.join(run_dir, RESTART_MARK) if run_dir else os.path.join(work_home, "runs", "*", "*", RESTART_MARK)
+    )
+    cancelled = []
+    for mark in sorted(glob.glob(pattern)):
+        try:
+            os.remove(mark)
+        except FileNotFoundError:
+            continue
+        cancelled.append(os.path.dirname(mark))
+    return cancelled
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("list", "stop"))
@@ -129,14 +149,16 @@ def main():
     parser.add_argument("work_home")
     parser.add_argument("--run-dir", default="")
     parser.add_argument("--grace", type=float, default=30.0)
+    parser.add_argument("--cancel-restarts", action="store_true")
     args = parser.parse_args()
     groups = list(live_groups(args.node, args.work_home, args.run_dir or None))
     if args.mode == "list":
         print(json.dumps({"node": args.node, "live": groups}))
         return 0
+    cancelled = cancel_restarts(args.work_home, args.run_dir or None) if args.cancel_restarts else []
     stopped = [stop(group, args.grace) for group in groups]
     left = list(live_groups(args.node, args.work_home, args.run_dir or None))
-    print(json.dumps({"node": args.node, "stopped": stopped, "live_after": left}))
+    print(json.dumps({"node": args.node, "stopped": stopped, "live_after": left, "restarts_cancelled": cancelled}))
     return 1 if left or any(s["survivors"] for s in stopped) else 0
 
 

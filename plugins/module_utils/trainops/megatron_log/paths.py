@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Sequence
 from typing import IO, Any
 
 from .parser import MegatronLogParser, _NoGC
@@ -52,14 +53,17 @@ def _describe(root: str, path: str) -> dict[str, Any]:
     return info
 
 
-def find_log_files(root: str) -> list[dict[str, Any]]:
-    """Every log file under ``root`` (see :data:`LOG_SUFFIXES`), described and in a stable order.
+def find_log_files(root: str, exclude: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every log file under ``root`` (see :data:`LOG_SUFFIXES`) but in its top-level directories named in
+    ``exclude`` (a run's earlier attempts), described and in a stable order.
 
     Order: files outside torchrun's tree first (launcher logs), then by attempt, node, local rank, stdout before
     stderr, path; so each attempt's iterations come after the previous attempt's.
     """
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == root:
+            dirnames[:] = [d for d in dirnames if d not in exclude]
         dirnames.sort()
         for name in sorted(filenames):
             base = name[:-3] if name.endswith(".gz") else name
@@ -93,19 +97,21 @@ def parse_path(
     warmup_iterations: int = DEFAULT_WARMUP_ITERATIONS,
     peak_tflops: float | None = None,
     max_records: int | None = None,
+    exclude: Sequence[str] = (),
 ) -> MegatronLog:
     """Parse a log file, or every log file of a directory (a torchrun ``--log_dir``, or several nodes' copies).
 
     Each file is streamed line by line. For torchrun's tree the attempt, local rank and node come from the path
     and every attempt is read (``attempts`` lists them; every failure names its attempt); the global rank of a
     rank's files is learned from its content (``[Rank R]`` memory lines, ``[rankN]:`` prefixes) and given to the
-    failures of both its stdout and stderr. ``rank`` applies to a single file.
+    failures of both its stdout and stderr. ``rank`` applies to a single file. ``exclude``: top-level
+    directories of a directory that are not read (a run's earlier attempts, ``attempt-<k>/``).
     """
     root = os.fspath(path)
     if not os.path.exists(root):
         raise LogPathError(f"{root}: no such file or directory")
     if os.path.isdir(root):
-        files = find_log_files(root)
+        files = find_log_files(root, exclude)
     elif os.path.isfile(root):
         files = [_describe(root, root)]
     else:

@@ -1,0 +1,268 @@
+"""Recovery without a person: whether a failed attempt is launched again, and what the attempts cost.
+
+train.yml records one attempt per launch (:func:`attempt_record`): when it started and ended, the checkpoint it
+resumed from and the one it left, the last iteration it reached, how it ended and why. After a failure,
+:func:`retry_decision` says whether another attempt starts, from Megatron's own ``--load`` of the latest
+checkpoint. :func:`goodput` sums the attempts up for the report.
+
+Some failures are never retried, because a new attempt would fail the same way: a failure before the first
+iteration (start-up: arguments, files, data, the first allocation), out of memory, and a missing file or module.
+Progress is checked as nvidia-resiliency-ext's restart policy does: two attempts in a row that leave no checkpoint
+beyond the one they resumed from end the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Failure kinds of the log parser that a restart does not cure.
+NEVER_RETRIED_KINDS = {
+    "oom": "out of memory: the same layout runs out again (lower mbs, recompute more, or raise tp/pp)",
+}
+#: Exceptions of the failing rank that a restart does not cure.
+_NEVER_RETRIED_EXCEPTION = re.compile(r"\b(FileNotFoundError|ModuleNotFoundError|ImportError|NotADirectoryError)\b")
+#: Watcher outcomes (kinds) that may be retried: a rank or node that exited, was killed or lost, a hang.
+RETRIED_OUTCOMES = ("exited", "killed", "lost", "hang")
+
+
+def attempt_record(
+    attempt: int,
+    started_at: float,
+    ended_at: float,
+    outcome: Mapping[str, Any],
+    summary: Mapping[str, Any] | None,
+    resumed_from: int | None,
+    checkpoint_at_end: int | None,
+) -> dict[str, Any]:
+    """One attempt: ``outcome`` is the watcher's (state, kind, node, reason, first_iteration_s), ``summary`` the
+    report's summary of its logs (last_iteration, failure), iterations as Megatron counts them."""
+    summary = summary or {}
+    failure = summary.get("failure") or {}
+    last = (summary.get("last_iteration") or {}).get("iteration") if summary.get("last_iteration") else None
+    first_s = outcome.get("first_iteration_s")
+    return {
+        "attempt": attempt,
+        "started_at": round(started_at, 1),
+        "ended_at": round(ended_at, 1),
+        "state": outcome.get("state"),
+        "kind": outcome.get("kind"),
+        "node": outcome.get("node"),
+        "cause": outcome.get("reason") or failure.get("message") or "",
+        "failure_kind": failure.get("kind"),
+        "exception": failure.get("exception"),
+        "resumed_from": resumed_from,
+        "last_iteration": last,
+        "checkpoint_at_end": checkpoint_at_end,
+        "first_iteration_at": None if first_s is None else round(started_at + float(first_s), 1),
+    }
+
+
+def retry_decision(
+    attempts: Sequence[Mapping[str, Any]],
+    max_restarts: int,
+    stop_requested: bool = False,
+    lost: Mapping[str, str] | None = None,
+    elastic: bool = False,
+    min_nodes: int = 1,
+    plan_nodes: int = 0,
+) -> dict:
+    """``{"retry": bool, "reason": str}`` after the last of ``attempts`` ended; ``lost``: the plan's nodes that
+    cannot take part in another attempt (node -> why); with ``elastic`` the next attempt is re-planned on the
+    ``plan_nodes - len(lost)`` nodes that remain, when they are at least ``min_nodes``."""
+    last = attempts[-1]
+    k = last["attempt"]
+    if last["state"] != "failed":
+        return {"retry": False, "reason": f"attempt {k} {last['state']}"}
+    if stop_requested:
+        return {"retry": False, "reason": "stop.yml stopped the run: no new attempt"}
+    if max_restarts <= 0:
+        return {"retry": False, "reason": "max_restarts=0: no restart (-e max_restarts=N restarts after a failure)"}
+    if len(attempts) > max_restarts:
+        return {"retry": False, "reason": f"max_restarts={max_restarts} reached: {len(attempts)} attempts failed"}
+    if lost and elastic:
+        named = "; ".join(f"{node}: {why}" for node, why in lost.items())
+        remain = plan_nodes - len(lost)
+        if remain < max(1, min_nodes):
+            return {
+                "retry": False,
+                "reason": f"{named}. {remain} node(s) remain, fewer than min_nodes={min_nodes}: no re-plan",
+            }
+    elif lost:
+        named = "; ".join(f"{node}: {why}" for node, why in lost.items())
+        return {
+            "retry": False,
+            "reason": f"{named}. The run cannot go on without {', '.join(lost)}: bring it back and run train.yml "
+            "again (it resumes from the last checkpoint), or re-plan on the nodes that remain (-e elastic=true)",
+        }
+    if last["kind"] not in RETRIED_OUTCOMES:
+        return {"retry": False, "reason": f"attempt {k} failed ({last['kind'] or 'unknown'}): not one a restart cures"}
+    if last["last_iteration"] is None or (
+        last["resumed_from"] is not None and last["last_iteration"] <= last["resumed_from"]
+    ):
+        return {
+            "retry": False,
+            "reason": f"attempt {k} failed before its first iteration: a start-up failure (arguments, files, data, "
+            "memory) fails the same way again",
+        }
+    if last["failure_kind"] in NEVER_RETRIED_KINDS:
+        return {"retry": False, "reason": f"attempt {k}: {NEVER_RETRIED_KINDS[last['failure_kind']]}"}
+    if _NEVER_RETRIED_EXCEPTION.search(last.get("exception") or ""):
+        return {"retry": False, "reason": f"attempt {k}: {last['exception']}: a missing file fails the same way again"}
+    stalled = [a for a in attempts[-2:] if not _progressed(a)]
+    if len(attempts) >= 2 and len(stalled) == 2:
+        mark = last["checkpoint_at_end"]
+        where = f"checkpoint {mark}" if mark is not None else "a first checkpoint"
+        return {
+            "retry": False,
+            "reason": f"attempts {k - 1} and {k} made no progress beyond {where}: the failure repeats before the next "
+            "save (lower training.save_interval, or find the cause)",
+        }
+    reason = f"attempt {k} failed ({last['kind']}): restart {len(attempts)} of {max_restarts}"
+    if lost:
+        reason += f", re-planned without {', '.join(lost)} (-e elastic=true)"
+    return {"retry": True, "reason": reason, "replan": bool(lost)}
+
+
+def replan_note(old: Mapping[str, Any], new: Mapping[str, Any], lost: Mapping[str, str]) -> str:
+    """What an elastic re-plan changed, as ``dp 4 -> 2, micro-batches 2 -> 4, node2 left out: <why>``."""
+    parts = [f"nodes {len(old['nodes'])} -> {len(new['nodes'])}"]
+    parts += [
+        f"{label} {old[key]} -> {new[key]}"
+        for label, key in (("dp", "dp"), ("micro-batches", "num_microbatches"))
+        if old.get(key) != new.get(key)
+    ]
+    if old.get("global_batch_size") == new.get("global_batch_size"):
+        parts.append(f"global batch {new.get('global_batch_size')} unchanged")
+    parts += [f"{node} left out: {why}" for node, why in lost.items()]
+    return ", ".join(parts)
+
+
+def lost_nodes(plan: Mapping[str, Any], answering: Sequence[str], reach: Mapping[str, Any]) -> dict[str, str]:
+    """The plan's nodes that cannot take part in another attempt: out of the play (a task failed or the node
+    became unreachable) or unreachable now (``reach``: node -> its ping result), each with why."""
+    lost = {}
+    for node in plan["nodes"]:
+        name = node["name"]
+        result = reach.get(name) or {}
+        if name not in answering:
+            lost[name] = "left the play (unreachable, or a task on it failed)"
+        elif result.get("unreachable"):
+            lost[name] = f"unreachable ({' '.join(str(result.get('msg') or 'no answer').split())[:200]})"
+    return lost
+
+
+def _progressed(attempt: Mapping[str, Any]) -> bool:
+    """Whether the attempt left a checkpoint beyond the one it resumed from."""
+    end = attempt.get("checkpoint_at_end")
+    start = attempt.get("resumed_from")
+    return end is not None and (start is None or end > start)
+
+
+def goodput(attempts: Sequence[Mapping[str, Any]], seconds_per_iteration: float | None) -> dict[str, Any]:
+    """The attempts summed up: iterations lost (run again after a restart), time to recover (failure detected to
+    the next attempt's first iteration), and goodput: the time of the iterations that count over the wall time."""
+    if not attempts:
+        return {}
+    lost = 0
+    recover = []
+    for before, after in zip(attempts, attempts[1:], strict=False):
+        kept = before.get("checkpoint_at_end")
+        if before.get("last_iteration") is not None:
+            lost += max(0, before["last_iteration"] - (kept if kept is not None else 0))
+        if after.get("first_iteration_at") is not None:
+            recover.append(round(after["first_iteration_at"] - before["ended_at"], 1))
+    wall = attempts[-1]["ended_at"] - attempts[0]["started_at"]
+    start = attempts[0].get("resumed_from") or 0
+    final = attempts[-1].get("last_iteration")
+    counted = max(0, (final if final is not None else start) - start)
+    productive = counted * seconds_per_iteration if seconds_per_iteration else None
+    return {
+        "attempts": len(attempts),
+        "restarts": len(attempts) - 1,
+        "iterations_lost": lost,
+        "time_to_recover_s": recover,
+        "wall_s": round(wall, 1),
+        "productive_s": None if productive is None else round(productive, 1),
+        "goodput": None if productive is None or wall <= 0 else round(min(1.0, productive / wall), 3),
+    }
+
+
+#: Directory of one attempt in a run's controller directory (``runs/<exp>/<run_id>/attempt-<k>/``).
+ATTEMPT_PREFIX = "attempt-"
+#: What stays in the run's directory when an attempt is set aside: the plan, the earlier attempts.
+_KEPT = ("plan",)
+
+
+def attempt_dir(run_dir: str, attempt: int) -> str:
+    return os.path.join(run_dir, f"{ATTEMPT_PREFIX}{attempt}")
+
+
+def attempt_dirs(run_dir: str) -> list[str]:
+    """The names of the run's attempt directories, in attempt order."""
+    if not os.path.isdir(run_dir):
+        return []
+    names = [n for n in os.listdir(run_dir) if n.startswith(ATTEMPT_PREFIX) and n[len(ATTEMPT_PREFIX) :].isdigit()]
+    return sorted(names, key=lambda n: int(n[len(ATTEMPT_PREFIX) :]))
+
+
+def write_attempt(
+    run_dir: str, record: Mapping[str, Any], set_aside: bool, plan: Mapping[str, Any] | None = None
+) -> str:
+    """Write ``attempt-<k>/attempt.json`` (and the attempt's ``plan.json``, which an elastic re-plan replaces in
+    ``plan/``); with ``set_aside`` first move everything the attempt left in the run's directory (each node's
+    logs, its report, its hang evidence) into ``attempt-<k>/``, so the next attempt starts with a clean directory.
+    Returns the attempt's directory."""
+    target = attempt_dir(run_dir, int(record["attempt"]))
+    os.makedirs(target, exist_ok=True)
+    if set_aside:
+        for name in sorted(os.listdir(run_dir)):
+            if name in _KEPT or name.startswith(ATTEMPT_PREFIX) or name.startswith("."):
+                continue
+            os.replace(os.path.join(run_dir, name), os.path.join(target, name))
+    for name, content in (("attempt.json", record), ("plan.json", plan)):
+        if content is None:
+            continue
+        with open(os.path.join(target, f"{name}.tmp"), "w", encoding="utf-8") as handle:
+            json.dump(dict(content), handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(os.path.join(target, f"{name}.tmp"), os.path.join(target, name))
+    return target
+
+
+def read_attempts(run_dir: str) -> list[dict[str, Any]]:
+    """Every attempt's record (``attempt-<k>/attempt.json``) in attempt order; [] for a run of one attempt."""
+    records = []
+    for name in attempt_dirs(run_dir):
+        path = os.path.join(run_dir, name, "attempt.json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                records.append(json.load(handle))
+    return records
+
+
+def attempts_table(attempts: Sequence[Mapping[str, Any]], recovery: Mapping[str, Any]) -> list[str]:
+    """The report's lines on the attempts and goodput."""
+    if len(attempts) < 2 and not recovery.get("restarts"):
+        return []
+    lines = []
+    for a in attempts:
+        resumed = "a fresh start" if a.get("resumed_from") is None else f"checkpoint {a['resumed_from']}"
+        reached = "-" if a.get("last_iteration") is None else a["last_iteration"]
+        ending = a.get("state") or "?"
+        if a.get("state") == "failed":
+            ending = f"failed ({a.get('kind') or '?'}{', ' + a['node'] if a.get('node') else ''}): {a.get('cause')}"
+        lines.append(
+            f"attempt {a['attempt']:<4} from {resumed}, reached iteration {reached}, "
+            f"{round(a['ended_at'] - a['started_at'])} s, {ending}"
+        )
+    recover = ", ".join(f"{s:g} s" for s in recovery.get("time_to_recover_s") or []) or "-"
+    goodput = recovery.get("goodput")
+    lines.append(
+        f"recovery     {recovery.get('restarts', 0)} restart(s), {recovery.get('iterations_lost', 0)} iteration(s) "
+        f"lost, time to recover {recover}, goodput {'-' if goodput is None else format(goodput, '.1%')}"
+    )
+    return lines

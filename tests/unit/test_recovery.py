@@ -1,0 +1,144 @@
+"""Recovery without a person: which failed attempts start another, and what the attempts cost."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from trainops import recovery
+
+
+def _attempt(k, **over):
+    base = {
+        "attempt": k, "started_at": 1000.0 * k, "ended_at": 1000.0 * k + 600, "state": "failed", "kind": "exited",
+        "node": "node2", "cause": "torchrun exited 1", "failure_kind": "child_failed", "exception": None,
+        "resumed_from": None if k == 1 else 10 * (k - 1), "last_iteration": 10 * k + 3,
+        "checkpoint_at_end": 10 * k, "first_iteration_at": 1000.0 * k + 30,
+    }  # fmt: skip
+    return {**base, **over}
+
+
+def test_a_rank_lost_mid_run_is_restarted_while_restarts_remain():
+    decision = recovery.retry_decision([_attempt(1)], max_restarts=1)
+    assert decision == {"retry": True, "reason": "attempt 1 failed (exited): restart 1 of 1", "replan": False}
+
+
+def test_max_restarts_ends_the_run_with_every_attempt_counted():
+    decision = recovery.retry_decision([_attempt(1), _attempt(2)], max_restarts=1)
+    assert decision == {"retry": False, "reason": "max_restarts=1 reached: 2 attempts failed"}
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"state": "finished"}, "attempt 1 finished"),
+        ({"last_iteration": None}, "failed before its first iteration"),
+        ({"failure_kind": "oom"}, "out of memory"),
+        ({"exception": "FileNotFoundError: /data/x.bin"}, "a missing file fails the same way again"),
+        ({"kind": None}, "not one a restart cures"),
+    ],
+)
+def test_failures_a_restart_does_not_cure_end_the_run(change, words):
+    decision = recovery.retry_decision([_attempt(1, **change)], max_restarts=3)
+    assert not decision["retry"] and words in decision["reason"]
+
+
+def test_max_restarts_zero_is_todays_behaviour():
+    assert recovery.retry_decision([_attempt(1)], max_restarts=0)["reason"].startswith("max_restarts=0")
+
+
+def test_stop_yml_ends_the_restarts():
+    decision = recovery.retry_decision([_attempt(1)], max_restarts=3, stop_requested=True)
+    assert decision == {"retry": False, "reason": "stop.yml stopped the run: no new attempt"}
+
+
+def test_a_lost_node_ends_the_run_naming_it_and_suggesting_elastic():
+    decision = recovery.retry_decision([_attempt(1, kind="lost")], max_restarts=1, lost={"node2": "unreachable (x)"})
+    assert not decision["retry"]
+    assert decision["reason"].startswith("node2: unreachable (x). The run cannot go on without node2")
+    assert "-e elastic=true" in decision["reason"]
+
+
+def test_two_attempts_in_a_row_without_a_new_checkpoint_end_the_run():
+    first = _attempt(1)
+    stalled = [_attempt(2, resumed_from=10, checkpoint_at_end=10), _attempt(3, resumed_from=10, checkpoint_at_end=10)]
+    assert recovery.retry_decision([first, stalled[0]], max_restarts=5)["retry"]
+    decision = recovery.retry_decision([first, *stalled], max_restarts=5)
+    assert not decision["retry"] and "attempts 2 and 3 made no progress beyond checkpoint 10" in decision["reason"]
+
+
+def test_lost_nodes_are_those_out_of_the_play_or_unreachable_now():
+    plan = {"nodes": [{"name": "node1"}, {"name": "node2"}, {"name": "node3"}]}
+    reach = {"node1": {"ping": "pong"}, "node3": {"unreachable": True, "msg": "timed\nout"}}
+    lost = recovery.lost_nodes(plan, ["node1", "node3"], reach)
+    assert lost == {"node2": "left the play (unreachable, or a task on it failed)", "node3": "unreachable (timed out)"}
+
+
+def test_attempt_record_from_the_watchers_outcome_and_the_logs_summary():
+    outcome = {"state": "failed", "kind": "exited", "node": "node2", "reason": "torchrun exited 1",
+               "first_iteration_s": 12.5}  # fmt: skip
+    summary = {"last_iteration": {"iteration": 17}, "failure": {"kind": "child_failed", "exception": "RuntimeError"}}
+    record = recovery.attempt_record(2, 100.0, 160.0, outcome, summary, 10, 15)
+    assert record == {
+        "attempt": 2, "started_at": 100.0, "ended_at": 160.0, "state": "failed", "kind": "exited", "node": "node2",
+        "cause": "torchrun exited 1", "failure_kind": "child_failed", "exception": "RuntimeError",
+        "resumed_from": 10, "last_iteration": 17, "checkpoint_at_end": 15, "first_iteration_at": 112.5,
+    }  # fmt: skip
+
+
+def test_goodput_counts_lost_iterations_recovery_time_and_productive_time():
+    first = _attempt(1, started_at=0.0, ended_at=100.0, last_iteration=13, checkpoint_at_end=10)
+    final = _attempt(2, started_at=110.0, ended_at=200.0, state="finished", resumed_from=10, last_iteration=30,
+                     checkpoint_at_end=30, first_iteration_at=125.0)  # fmt: skip
+    got = recovery.goodput([first, final], seconds_per_iteration=5.0)
+    assert got == {
+        "attempts": 2, "restarts": 1, "iterations_lost": 3, "time_to_recover_s": [25.0], "wall_s": 200.0,
+        "productive_s": 150.0, "goodput": 0.75,
+    }  # fmt: skip
+    assert recovery.goodput([first, final], None)["goodput"] is None
+
+
+def test_an_attempt_is_set_aside_with_its_record_and_read_back(tmp_path):
+    run = tmp_path / "run"
+    (run / "plan").mkdir(parents=True)
+    (run / "node1").mkdir()
+    (run / "node1" / "rank0.log").write_text("x")
+    (run / "summary.json").write_text("{}")
+    recovery.write_attempt(str(run), _attempt(1), set_aside=True)
+    assert sorted(p.name for p in run.iterdir()) == ["attempt-1", "plan"]
+    assert (run / "attempt-1" / "node1" / "rank0.log").read_text() == "x"
+    (run / "node1").mkdir()
+    recovery.write_attempt(str(run), _attempt(2, state="finished"), set_aside=False)
+    assert (run / "node1").is_dir() and json.loads((run / "attempt-2" / "attempt.json").read_text())["attempt"] == 2
+    assert [a["attempt"] for a in recovery.read_attempts(str(run))] == [1, 2]
+    assert recovery.attempt_dirs(str(run)) == ["attempt-1", "attempt-2"]
+
+
+def test_the_report_lines_name_each_attempt_and_the_goodput():
+    attempts = [_attempt(1, started_at=0.0, ended_at=100.0), _attempt(2, state="finished", started_at=110.0,
+                                                                      ended_at=200.0)]  # fmt: skip
+    lines = recovery.attempts_table(attempts, recovery.goodput(attempts, 5.0))
+    assert (
+        lines[0]
+        == "attempt 1    from a fresh start, reached iteration 13, 100 s, failed (exited, node2): torchrun exited 1"
+    )
+    assert lines[1].startswith("attempt 2    from checkpoint 10, reached iteration 23, 90 s, finished")
+    assert lines[2].startswith("recovery     1 restart(s), 3 iteration(s) lost, time to recover")
+    assert recovery.attempts_table(attempts[:1], {}) == []
+
+
+def test_a_lost_node_with_elastic_is_replanned_on_the_nodes_that_remain():
+    lost = {"node2": "unreachable (x)"}
+    decision = recovery.retry_decision([_attempt(1, kind="lost")], 1, lost=lost, elastic=True, plan_nodes=2)
+    assert decision["retry"] and decision["replan"]
+    assert decision["reason"] == "attempt 1 failed (lost): restart 1 of 1, re-planned without node2 (-e elastic=true)"
+    refused = recovery.retry_decision([_attempt(1, kind="lost")], 1, lost=lost, elastic=True, min_nodes=2, plan_nodes=2)
+    assert not refused["retry"] and "1 node(s) remain, fewer than min_nodes=2" in refused["reason"]
+
+
+def test_the_replan_note_says_what_changed_and_why():
+    old = {"nodes": [{}, {}], "dp": 4, "num_microbatches": 2, "global_batch_size": 8}
+    new = {"nodes": [{}], "dp": 2, "num_microbatches": 4, "global_batch_size": 8}
+    assert recovery.replan_note(old, new, {"node2": "unreachable"}) == (
+        "nodes 2 -> 1, dp 4 -> 2, micro-batches 2 -> 4, global batch 8 unchanged, node2 left out: unreachable"
+    )
