@@ -70,7 +70,8 @@ def parse_probe(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, Any] |
     for index, line in enumerate(lines):
         fields = line.split("\t")
         if fields[0] == "node" and len(fields) >= 4:
-            nodes[fields[1]] = (fields[2], "\t".join(fields[3:]))
+            # a connection with a terminal ends lines with CR LF: the state's detail must not keep the CR
+            nodes[fields[1]] = (fields[2], "\t".join(fields[3:]).rstrip("\r"))
         elif fields[0].startswith("rank0-") and len(fields) >= 7:
             rank0[fields[0][len("rank0-") :]] = {
                 "path": fields[1],

@@ -77,11 +77,11 @@ def test_lost_nodes_are_those_out_of_the_play_or_unreachable_now():
 def test_attempt_record_from_the_watchers_outcome_and_the_logs_summary():
     outcome = {"state": "failed", "kind": "exited", "node": "node2", "reason": "torchrun exited 1",
                "first_iteration_s": 12.5}  # fmt: skip
-    summary = {"last_iteration": {"iteration": 17}, "failure": {"kind": "child_failed", "exception": "RuntimeError"}}
-    record = recovery.attempt_record(2, 100.0, 160.0, outcome, summary, 10, 15)
+    failure = {"kind": "child_failed", "exception": "RuntimeError", "error_source": {"kind": "oom"}}
+    record = recovery.attempt_record(2, 100.0, 160.0, outcome, {"last_iteration": 17, "failure": failure}, 10, 15)
     assert record == {
         "attempt": 2, "started_at": 100.0, "ended_at": 160.0, "state": "failed", "kind": "exited", "node": "node2",
-        "cause": "torchrun exited 1", "failure_kind": "child_failed", "exception": "RuntimeError",
+        "cause": "torchrun exited 1", "failure_kind": "oom", "exception": "RuntimeError",
         "resumed_from": 10, "last_iteration": 17, "checkpoint_at_end": 15, "first_iteration_at": 112.5,
     }  # fmt: skip
 

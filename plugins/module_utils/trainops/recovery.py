@@ -39,10 +39,13 @@ def attempt_record(
     checkpoint_at_end: int | None,
 ) -> dict[str, Any]:
     """One attempt: ``outcome`` is the watcher's (state, kind, node, reason, first_iteration_s), ``summary`` the
-    report's summary of its logs (last_iteration, failure), iterations as Megatron counts them."""
+    report's summary of its logs (``last_iteration``, ``failure`` with the kind of the error torchrun's summary
+    points at), iterations as Megatron counts them."""
     summary = summary or {}
     failure = summary.get("failure") or {}
-    last = (summary.get("last_iteration") or {}).get("iteration") if summary.get("last_iteration") else None
+    last = summary.get("last_iteration")
+    # torchrun's summary (child_failed) names the rank; the error it points at says what went wrong
+    source = failure.get("error_source") or {}
     first_s = outcome.get("first_iteration_s")
     return {
         "attempt": attempt,
@@ -52,8 +55,8 @@ def attempt_record(
         "kind": outcome.get("kind"),
         "node": outcome.get("node"),
         "cause": outcome.get("reason") or failure.get("message") or "",
-        "failure_kind": failure.get("kind"),
-        "exception": failure.get("exception"),
+        "failure_kind": source.get("kind") or failure.get("kind"),
+        "exception": " ".join(str(failure.get(k)) for k in ("exception", "error") if failure.get(k)) or None,
         "resumed_from": resumed_from,
         "last_iteration": last,
         "checkpoint_at_end": checkpoint_at_end,
