@@ -60,16 +60,20 @@ RECENT_REPORTS = 2 * straggler.MIN_REPORTS
 def parse_probe(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, Any] | None, str]:
     """Split probe.sh's output into node states, the last rank's log header and its new log text.
 
-    Rank 0's sections (``rank0-stdout`` and ``rank0-stderr``) are in the header under ``rank0``. Each section's
-    ``start`` is the byte its text starts at (the offset asked for, or where a tail's first whole line starts).
+    Rank 0's sections (``rank0-stdout`` and ``rank0-stderr``) are in the header under ``rank0``, the ``mark``
+    lines (train.yml's restart mark) under ``marks``. Each section's ``start`` is the byte its text starts at (the
+    offset asked for, or where a tail's first whole line starts).
     """
     nodes: dict[str, tuple[str, str]] = {}
     header: dict[str, Any] | None = None
     rank0: dict[str, dict[str, Any]] = {}
+    marks: dict[str, str] = {}
     lines = text.split("\n")
     for index, line in enumerate(lines):
         fields = line.split("\t")
-        if fields[0] == "node" and len(fields) >= 4:
+        if fields[0] == "mark" and len(fields) >= 3:
+            marks[fields[1]] = fields[2].rstrip("\r")
+        elif fields[0] == "node" and len(fields) >= 4:
             # a connection with a terminal ends lines with CR LF: the state's detail must not keep the CR
             nodes[fields[1]] = (fields[2], "\t".join(fields[3:]).rstrip("\r"))
         elif fields[0].startswith("rank0-") and len(fields) >= 7:
@@ -89,6 +93,7 @@ def parse_probe(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, Any] |
                 "age_s": int(age) if age.isdigit() else None,
                 "start": int(fields[5]) if len(fields) >= 6 else None,
                 "rank0": rank0,
+                "marks": marks,
             }
             return nodes, header, "\n".join(lines[index + 1 :])
     return nodes, header, ""
@@ -192,6 +197,7 @@ class ActionModule(ActionBase):
             "straggler_ratio",
             "evidence_dir",
             "tail",
+            "restart_mark",
         )
     )
 
@@ -227,6 +233,7 @@ class ActionModule(ActionBase):
         on_hang = args.get("on_hang", "stop")
         ratio = float(args.get("straggler_ratio", straggler.DEFAULT_RATIO))
         evidence_dir = args.get("evidence_dir") or None
+        watch_mark = bool(args.get("restart_mark", False))
         master = plan["master"]
         label = f"{plan['exp_name']} / {plan['run_id']}"
 
@@ -268,6 +275,14 @@ class ActionModule(ActionBase):
                     printed_at, last_printed = elapsed, last
                 outcome = self._judge(plan, nodes, unreachable, elapsed, start_timeout)
                 if outcome["state"] != "running":
+                    break
+                if watch_mark and ((header or {}).get("marks") or {}).get("restarting") == "absent":
+                    outcome = {
+                        "state": "failed",
+                        "kind": "stopped",
+                        "node": master,
+                        "reason": "stop.yml was run: the run's restart mark is gone, so this attempt is stopped too",
+                    }
                     break
                 stalled = now - progress.progress_at
                 limit = progress.limit(configured)

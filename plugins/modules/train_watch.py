@@ -75,6 +75,11 @@ options:
   evidence_dir:
     description: Controller directory of the run; a hang's evidence goes to its C(hang/) subdirectory.
     type: path
+  restart_mark:
+    description: The run has train.yml's restart mark (C(<run_dir>/restarting), C(-e max_restarts)); when stop.yml
+      removes it, the watch ends the attempt as C(failed) with kind C(stopped), so no attempt outlives stop.yml.
+    type: bool
+    default: false
   tail:
     description: Read the last 256 KiB of the logs on the first probe, and date the last iteration by the log's
       age (status.yml, for a run already going).
@@ -106,7 +111,7 @@ watch:
   type: dict
   contains:
     state: {description: "finished, failed or running.", type: str}
-    kind: {description: "For a failed run: exited, killed, lost, not started or hang.", type: str}
+    kind: {description: "For a failed run: exited, killed, lost, not started, hang or stopped.", type: str}
     node: {description: "The node a failure is named on.", type: str}
     reason: {description: "The cause in words.", type: str}
     ranks: {description: "The global ranks of that node.", type: list}

@@ -45,6 +45,7 @@ def test_parse_probe_states_header_and_log():
     text = (
         "node\tnode1\trunning\t3415\n"
         "node\tnode2\tunreachable\tssh: connect to host 172.30.0.12 port 2222: Connection timed out\n"
+        "mark\trestarting\tabsent\r\n"
         f"rank0-stdout\t/r/logs/node1/x/attempt_0/0/stdout.log\t900\t{len(rank0.encode())}\t3\t40\t{encoded}\n"
         "rank0-stderr\t-\t0\t0\t-\t0\t\n"
         f"log\t/data/runs/watch/r1/logs/node2/r1_abc/attempt_0/1/stdout.log\t{size + 100}\t{size}\t7\t100\n" + LOG
@@ -70,6 +71,7 @@ def test_parse_probe_states_header_and_log():
             },
             "stderr": {"path": "-", "size": 0, "bytes": 0, "start": 0, "text": ""},
         },
+        "marks": {"restarting": "absent"},
     }
     assert log == LOG
     assert [r["iteration"] for r in parse_lines(log.splitlines()).iterations] == [1]
@@ -83,7 +85,7 @@ def test_parse_probe_without_log_or_output():
     )
     assert parse_probe("node\tnode1\texited\t0\nlog\t-\t0\t0\t-\t0\n") == (
         {"node1": ("exited", "0")},
-        {"path": "-", "size": 0, "bytes": 0, "age_s": None, "start": 0, "rank0": {}},
+        {"path": "-", "size": 0, "bytes": 0, "age_s": None, "start": 0, "rank0": {}, "marks": {}},
         "",
     )
     assert parse_probe("") == ({}, None, "")
