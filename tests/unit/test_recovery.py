@@ -142,3 +142,16 @@ def test_the_replan_note_says_what_changed_and_why():
     assert recovery.replan_note(old, new, {"node2": "unreachable"}) == (
         "nodes 2 -> 1, dp 4 -> 2, micro-batches 2 -> 4, global batch 8 unchanged, node2 left out: unreachable"
     )
+
+
+def test_the_last_iteration_comes_from_the_watcher_when_the_last_ranks_node_is_gone():
+    outcome = {"state": "failed", "kind": "exited", "node": "node1", "last_iteration": {"iteration": 12}}
+    record = recovery.attempt_record(1, 0.0, 60.0, outcome, {"last_iteration": None, "failure": None}, None, 10)
+    assert record["last_iteration"] == 12
+    assert recovery.retry_decision([record], 1, lost={"node2": "unreachable"}, elastic=True, plan_nodes=2)["retry"]
+
+
+def test_a_checkpoint_proves_the_iterations_before_it_when_no_log_line_was_read():
+    outcome = {"state": "failed", "kind": "exited", "node": "node1", "last_iteration": None}
+    record = recovery.attempt_record(1, 0.0, 60.0, outcome, {"last_iteration": None}, None, 30)
+    assert record["last_iteration"] == 30

@@ -44,6 +44,10 @@ def attempt_record(
     summary = summary or {}
     failure = summary.get("failure") or {}
     last = summary.get("last_iteration")
+    if last is None:  # the last rank's logs were not collected (its node is gone): what the watcher read of them
+        last = (outcome.get("last_iteration") or {}).get("iteration")
+    if checkpoint_at_end is not None and (last is None or last < checkpoint_at_end):
+        last = checkpoint_at_end  # a checkpoint at N is saved after iteration N: the attempt got that far at least
     # torchrun's summary (child_failed) names the rank; the error it points at says what went wrong
     source = failure.get("error_source") or {}
     first_s = outcome.get("first_iteration_s")
