@@ -18,6 +18,8 @@ from testbed import wait_for_iterations as _wait_for_iterations
 pytestmark = pytest.mark.testbed
 #: Checkpoints every 5 iterations, so a restart has one to resume from.
 SAVE_EVERY_5 = ("-e", json.dumps({"training": {"save_interval": 5}}))
+#: Long enough (about 10 s of iterations here) that the fault lands before the end, short enough to finish.
+ITERS = 400
 KILL_RANK_3 = "kill -9 $(pgrep -n -f 'python3 -u .*smoke_trai[n].py')"  # the newest rank on node2: global rank 3
 
 
@@ -65,7 +67,7 @@ def _no_rank_left() -> None:
 def test_a_rank_killed_mid_run_resumes_from_the_checkpoint_and_finishes(provisioned):
     exp = "restart-once"
     _clean(exp)
-    job = _train_in_background("-e", "train_iters=40", "-e", f"exp={exp}", "-e", "max_restarts=1", *SAVE_EVERY_5)
+    job = _train_in_background("-e", f"train_iters={ITERS}", "-e", f"exp={exp}", "-e", "max_restarts=1", *SAVE_EVERY_5)
     try:
         _wait_for_checkpoint(exp)
         in_container("node2", KILL_RANK_3)
@@ -78,7 +80,7 @@ def test_a_rank_killed_mid_run_resumes_from_the_checkpoint_and_finishes(provisio
                      r"checkpoint \d+", said), output[-6000:]  # fmt: skip
     run_dir = _latest_run(exp)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["state"] == "finished" and summary["last_iteration"] == 40
+    assert summary["state"] == "finished" and summary["last_iteration"] == ITERS
     attempts = summary["attempts"]
     assert [a["attempt"] for a in attempts] == [1, 2] and attempts[0]["state"] == "failed"
     assert attempts[1]["resumed_from"] == attempts[0]["checkpoint_at_end"] >= 5
@@ -167,7 +169,7 @@ def test_a_node_lost_with_elastic_goes_on_on_the_nodes_that_remain(provisioned):
     exp = "restart-elastic"
     _clean(exp)
     job = _train_in_background(
-        "-e", "train_iters=40", "-e", f"exp={exp}", "-e", "max_restarts=1", "-e", "elastic=true", *SAVE_EVERY_5
+        "-e", f"train_iters={ITERS}", "-e", f"exp={exp}", "-e", "max_restarts=1", "-e", "elastic=true", *SAVE_EVERY_5
     )  # fmt: skip
     try:
         _wait_for_checkpoint(exp)
@@ -192,7 +194,7 @@ def test_a_node_lost_with_elastic_goes_on_on_the_nodes_that_remain(provisioned):
         first = json.loads((run_dir / "attempt-1" / "plan.json").read_text())
         assert (first["dp"], first["num_microbatches"], first["global_batch_size"]) == (4, 2, 8)
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["state"] == "finished" and summary["last_iteration"] == 40
+        assert summary["state"] == "finished" and summary["last_iteration"] == ITERS
         assert [a["attempt"] for a in summary["attempts"]] == [1, 2]
         # the smoke job's checkpoint of dp 4 loaded on dp 2 (its own --load, as Megatron's)
         assert any("successfully loaded checkpoint" in p.read_text() for p in (run_dir / "node1").rglob("stdout.log"))
