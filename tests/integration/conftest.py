@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from testbed import ROOT, env
+from testbed import ROOT, env, playbook
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +21,12 @@ def testbed():
     yield ROOT / "inventory" / "testbed"
     if os.environ.get("MTT_KEEP_TESTBED") != "1":
         subprocess.run(["make", "testbed-down"], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def provisioned(testbed):
+    """Every node provisioned and idle (a module's own fixture of this name replaces this one)."""
+    result = playbook("provision.yml")
+    assert result.returncode == 0, result.stdout[-6000:]
+    stop = playbook("stop.yml")
+    assert stop.returncode == 0, stop.stdout[-3000:]

@@ -23,14 +23,6 @@ ITERS = 400
 KILL_RANK_3 = "kill -9 $(pgrep -n -f 'python3 -u .*smoke_trai[n].py')"  # the newest rank on node2: global rank 3
 
 
-@pytest.fixture(scope="module")
-def provisioned(testbed):
-    result = playbook("provision.yml")
-    assert result.returncode == 0, result.stdout[-6000:]
-    stop = playbook("stop.yml")
-    assert stop.returncode == 0, stop.stdout[-3000:]
-
-
 def _clean(exp: str) -> None:
     for node in ("node1", "node2"):
         in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")

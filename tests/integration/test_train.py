@@ -23,14 +23,6 @@ NASTY = 'it\'s a "test"; $(touch mtt-injected) `touch mtt-injected2` & | > <'
 NASTY_EXP = json.dumps({"exp": NASTY})
 
 
-@pytest.fixture(scope="module")
-def provisioned(testbed):
-    result = playbook("provision.yml")
-    assert result.returncode == 0, result.stdout[-6000:]
-    stop = playbook("stop.yml")
-    assert stop.returncode == 0, stop.stdout[-3000:]
-
-
 def _no_injection() -> None:
     look = "find / -xdev -maxdepth 7 -name 'mtt-injected*' 2>/dev/null || true"
     for node in ("node1", "node2"):

@@ -90,8 +90,8 @@ def retry_decision(
         return {"retry": False, "reason": "max_restarts=0: no restart (-e max_restarts=N restarts after a failure)"}
     if len(attempts) > max_restarts:
         return {"retry": False, "reason": f"max_restarts={max_restarts} reached: {len(attempts)} attempts failed"}
+    named = "; ".join(f"{node}: {why}" for node, why in (lost or {}).items())
     if lost and elastic:
-        named = "; ".join(f"{node}: {why}" for node, why in lost.items())
         remain = plan_nodes - len(lost)
         if remain < max(1, min_nodes):
             return {
@@ -99,7 +99,6 @@ def retry_decision(
                 "reason": f"{named}. {remain} node(s) remain, fewer than min_nodes={min_nodes}: no re-plan",
             }
     elif lost:
-        named = "; ".join(f"{node}: {why}" for node, why in lost.items())
         return {
             "retry": False,
             "reason": f"{named}. The run cannot go on without {', '.join(lost)}: bring it back and run train.yml "
