@@ -25,14 +25,17 @@ def _core(name: str) -> Any:
 NODE_KEYS = ("ansible_host", "slots", "accelerator", "master", "node_addr", "accelerator_card")
 
 
-def inventory_nodes(hostnames: Sequence[str], hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The planner's view of each node: its name and the inventory keys it reads."""
+def inventory_nodes(
+    hostnames: Sequence[str], hostvars: Mapping[str, Any], in_order: bool = False
+) -> list[dict[str, Any]]:
+    """The planner's view of each node: its name and the inventory keys it reads. ``in_order``: the order given is
+    the rank order, the first node the master (a Slurm allocation's), so a node's ``master: true`` is left out."""
     nodes = []
     for name in hostnames:
         hv = hostvars[name]
         node = {"name": name}
         for key in NODE_KEYS:
-            if key in hv:
+            if key in hv and not (in_order and key == "master"):
                 node[key] = hv[key]
         nodes.append(node)
     return nodes
@@ -242,6 +245,56 @@ def _tracker_iteration(text: Any) -> int | None:
     return int(value)
 
 
+def _slurm_raw(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    return dict(raw), list(raw.get("inventory_nodes") or []), list(raw.get("login_hosts") or [])
+
+
+def slurm_problems(raw: Mapping[str, Any]) -> list[str]:
+    """Every problem of the launcher's options (trainops.slurm.settings), empty when they are good."""
+    options, nodes, login = _slurm_raw(raw)
+    try:
+        _core("slurm").settings(options, nodes, login)
+    except _core("errors").PlanError as exc:
+        return exc.problems
+    return []
+
+
+def slurm_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The launcher's options checked and converted (trainops.slurm.settings); a bad one is refused."""
+    options, nodes, login = _slurm_raw(raw)
+    try:
+        return _core("slurm").settings(options, nodes, login)
+    except _core("errors").PlanError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def slurm_names(hostnames: Sequence[str], hostvars: Mapping[str, Any]) -> dict[str, str]:
+    """Inventory host -> its Slurm node name (``slurm_node_name``, default the inventory name)."""
+    return {name: str(hostvars[name].get("slurm_node_name") or name) for name in hostnames}
+
+
+def slurm_batch_options(plan: Mapping[str, Any], slurm: Mapping[str, Any], sinfo_gres: str = "") -> list[str]:
+    """sbatch's options for the run (trainops.slurm.batch_options), GPUs asked for where sinfo shows GPU GRES."""
+    core = _core("slurm")
+    return core.batch_options(plan, slurm, core.has_gpu_gres(sinfo_gres or ""))
+
+
+def slurm_go_table(plan: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    return _core("slurm").go_table(plan, names)
+
+
+def slurm_outcome(outcome: Mapping[str, Any], sacct_stdout: str, job_id: Any) -> dict[str, Any]:
+    """The run's outcome with sacct's account of the job (trainops.slurm.outcome_with_job)."""
+    core = _core("slurm")
+    return core.outcome_with_job(outcome, core.parse_accounting(sacct_stdout or "", str(job_id)), str(job_id))
+
+
+def slurm_bundle_jobs(squeue_stdout: str) -> list[dict[str, str]]:
+    """The bundle's jobs in squeue's output (``--format=trainops.slurm.SQUEUE_FORMAT``)."""
+    core = _core("slurm")
+    return core.bundle_jobs(core.parse_queue(squeue_stdout or ""))
+
+
 class FilterModule:
     """mtt-train-ops filters."""
 
@@ -271,6 +324,13 @@ class FilterModule:
             "trainops_watch_options": watch_options,
             "trainops_watch_problems": watch_problems,
             "trainops_controller_path": controller_path,
+            "trainops_slurm_problems": slurm_problems,
+            "trainops_slurm_settings": slurm_settings,
+            "trainops_slurm_names": slurm_names,
+            "trainops_slurm_batch_options": slurm_batch_options,
+            "trainops_slurm_go_table": slurm_go_table,
+            "trainops_slurm_outcome": slurm_outcome,
+            "trainops_slurm_bundle_jobs": slurm_bundle_jobs,
             "parse_mthreads_gmi": parse_mthreads_gmi,
             "parse_mthreads_gmi_full": parse_mthreads_gmi_full,
             "parse_nvidia_smi": parse_nvidia_smi,

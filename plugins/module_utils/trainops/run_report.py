@@ -130,6 +130,8 @@ def failure_text(failure: Mapping[str, Any] | None) -> str:
     """``node2 rank 3 (local rank 1): <error>`` for a failure of the report."""
     if not failure:
         return ""
+    if failure.get("kind") in ("timeout", "cancelled"):  # Slurm stopped the whole job: no node or rank to name
+        return str(failure.get("message") or failure["kind"])
     where = [failure.get("node") or "unknown node"]
     if failure.get("rank") is not None:
         where.append(f"rank {failure['rank']}")
@@ -195,6 +197,7 @@ def build_report(
     summary["straggler_ratio"] = straggler_ratio
     summary["straggler_reports"] = len(log.stragglers)
     summary["hang"] = (incident or {}).get("hang")
+    summary["slurm"] = (incident or {}).get("slurm")
     if incident and incident.get("state") == "failed":
         summary["incident"] = dict(incident)
         summary["state"] = "failed"
@@ -202,6 +205,16 @@ def build_report(
         if incident.get("kind") == "hang":
             # The watcher stopped a hung run: the ranks' own errors are the teardown's; the culprit explains it.
             summary["failure"] = _hang_failure(incident, plan)
+        elif incident.get("kind") in ("timeout", "cancelled"):
+            # Slurm stopped the job (its --time, or an scancel outside stop.yml): the ranks' errors are the
+            # teardown's, not a crash.
+            summary["failure"] = {
+                "kind": incident["kind"],
+                "node": None,
+                "rank": None,
+                "local_rank": None,
+                "message": incident.get("reason"),
+            }
         elif lost:
             # The watcher lost that node: its own errors explain the run, not those of the ranks elsewhere
             # that lost their peers (closed connections, timeouts).
@@ -331,6 +344,8 @@ def summary_table(summary: Mapping[str, Any]) -> list[str]:
         )
         if finding.get("evidence"):
             lines.append(f"evidence     {finding['evidence']}/<node>/rank-<rank>.txt (state, wait channel, stack)")
+    if (summary.get("slurm") or {}).get("text"):
+        lines.append(f"slurm        {summary['slurm']['text']}")
     if summary.get("failure_text"):
         label = "failure" if summary["state"] == "failed" else "reported"
         lines.append(f"{label:<12} {summary['failure_text']}")
