@@ -295,6 +295,13 @@ def slurm_bundle_jobs(squeue_stdout: str) -> list[dict[str, str]]:
     return core.bundle_jobs(core.parse_queue(squeue_stdout or ""))
 
 
+def slurm_queue_line(job: Mapping[str, str]) -> str:
+    """``Slurm job 12 (mtt-exp) RUNNING on node[1-2] for 3:02, run exp/run``: a bundle job as status and stop show it."""
+    line = _core("slurm").queue_line(job)
+    run = job.get("comment", "").split(":", 1)[-1]
+    return f"Slurm {line} for {job.get('elapsed') or '0:00'}, run {run}"
+
+
 class FilterModule:
     """mtt-train-ops filters."""
 
@@ -331,6 +338,7 @@ class FilterModule:
             "trainops_slurm_go_table": slurm_go_table,
             "trainops_slurm_outcome": slurm_outcome,
             "trainops_slurm_bundle_jobs": slurm_bundle_jobs,
+            "trainops_slurm_queue_line": slurm_queue_line,
             "parse_mthreads_gmi": parse_mthreads_gmi,
             "parse_mthreads_gmi_full": parse_mthreads_gmi_full,
             "parse_nvidia_smi": parse_nvidia_smi,
