@@ -100,6 +100,17 @@ CASES = [
     ("elastic-alone", "train.yml", ("-e", "elastic=true"), "give -e max_restarts=N (N >= 1) too"),
     ("min-nodes", "train.yml", ("-e", "max_restarts=1", "-e", "min_nodes=0"), "-e min_nodes='0' must be a whole"),
     ("train-exp", "train.yml", _e(exp="a/b"), "exp 'a/b' must not contain '/'"),
+    # -e launcher and its slurm_* options (docs/slurm.md); Slurm's own refusals are in test_slurm.py
+    ("launcher", "train.yml", ("-e", "launcher=k8s"), "-e launcher='k8s' must be one of ssh, slurm"),
+    ("slurm-no-login", "train.yml", ("-e", "launcher=slurm"), "needs a slurm_login group in the inventory"),
+    ("slurm-opt-ssh", "train.yml", ("-e", "slurm_nodes=1"), "-e slurm_nodes need -e launcher=slurm"),
+    ("slurm-nodes", "train.yml", ("-e", "launcher=slurm", "-e", "slurm_nodes=3"), "slurm_nodes='3' must be a whole"),
+    ("slurm-time", "train.yml", ("-e", "launcher=slurm", "-e", "slurm_time=1:75:00"), "minutes or seconds of 60"),
+    ("slurm-time-word", "train.yml", ("-e", "launcher=slurm", "-e", "slurm_time=soon"), "must be minutes (90)"),
+    ("slurm-partition", "train.yml", _e(launcher="slurm", slurm_partition="a b"), "is not a partition name"),
+    ("slurm-queue", "train.yml", ("-e", "launcher=slurm", "-e", "slurm_queue_timeout=0"), "must be seconds > 0"),
+    ("slurm-gpus", "train.yml", ("-e", "launcher=slurm", "-e", "slurm_gpus_per_node=8"), "must be auto, true or"),
+    ("slurm-restarts", "train.yml", ("-e", "launcher=slurm", "-e", "max_restarts=1"), "not supported with -e launcher"),
     # data.yml
     ("data-missing", "playbooks/data.yml", (), "-e input=... is required"),
     ("data-relative", "playbooks/data.yml", ("-e", "input=raw.jsonl", *DATA[2:]), "input=raw.jsonl must be an abs"),
