@@ -1,0 +1,259 @@
+"""launcher=slurm's pure logic (trainops.slurm): the settings checked on the controller, sbatch's options from the
+plan, and squeue's and sacct's real output (captured from the testbed's Slurm 22.05, tests/fixtures/slurm/)
+turned into the queue lines and the run's outcome."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from trainops import slurm
+from trainops.errors import PlanError
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
+NODES = ["node1", "node2"]
+PLAN = {
+    "exp_name": "s1",
+    "run_id": "20261201-100835",
+    "run_dir": "/data/mtt-train-ops/runs/s1/20261201-100835",
+    "work_home": "/data/mtt-train-ops",
+    "nodes": [
+        {"name": "node1", "addr": "10.0.0.1", "slots": 8, "node_rank": 0},
+        {"name": "node2", "addr": "10.0.0.2", "slots": 8, "node_rank": 1},
+    ],
+}
+
+
+def settings(**raw):
+    return slurm.settings({"launcher": "slurm", **raw}, NODES, ["login1"])
+
+
+def test_ssh_is_the_default_and_takes_no_slurm_option():
+    assert slurm.settings({}, NODES, []) == {"launcher": "ssh"}
+    with pytest.raises(PlanError, match="slurm_partition need -e launcher=slurm"):
+        slurm.settings({"slurm_partition": "gpu"}, NODES, [])
+
+
+def test_slurm_settings_default_to_every_inventory_node_and_the_partitions_defaults():
+    got = settings()
+    assert got == {
+        "launcher": "slurm",
+        "login": "login1",
+        "nodes": 2,
+        "partition": "",
+        "time": None,
+        "queue_timeout": 3600.0,
+        "gpus_per_node": "auto",
+        "output_dir": "/tmp",
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"slurm_nodes": 3}, "slurm_nodes=3 must be a whole number from 1 to 2"),
+        ({"slurm_nodes": "0"}, "slurm_nodes='0' must be"),
+        ({"slurm_nodes": True}, "slurm_nodes=True must be"),
+        ({"slurm_partition": "gpu;rm"}, "is not a partition name"),
+        ({"slurm_time": "soon"}, "must be minutes (90)"),
+        ({"slurm_time": "0"}, "at least 1 minute"),
+        ({"slurm_time": "1:60:00"}, "minutes or seconds of 60"),
+        ({"slurm_queue_timeout": -1}, "slurm_queue_timeout=-1 must be seconds > 0"),
+        ({"slurm_gpus_per_node": "8"}, "must be auto, true or false"),
+        ({"slurm_output_dir": "logs"}, "must be an absolute path"),
+        ({"max_restarts": 2}, "not supported with -e launcher=slurm"),
+    ],
+)
+def test_bad_slurm_settings_are_refused_naming_the_option(raw, message):
+    with pytest.raises(PlanError) as caught:
+        settings(**raw)
+    assert any(message in problem for problem in caught.value.problems), caught.value.problems
+
+
+def test_slurm_needs_a_login_group_and_every_problem_is_listed_at_once():
+    with pytest.raises(PlanError) as caught:
+        slurm.settings({"launcher": "slurm", "slurm_time": "x"}, NODES, [])
+    assert len(caught.value.problems) == 2
+    assert "slurm_login group" in caught.value.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [(None, None), ("", None), (90, "90"), ("1:30:00", "1:30:00"), ("2-00:00:00", "2-00:00:00"), ("2-12", "2-12")],
+)
+def test_time_limits_take_minutes_or_slurms_own_forms(given, expected):
+    assert slurm.time_limit(given) == expected
+
+
+def test_batch_options_come_from_the_plan_one_task_per_whole_node():
+    options = slurm.batch_options(PLAN, settings(slurm_partition="gpu", slurm_time=120), gres_gpu=False)
+    assert options == [
+        "--job-name=mtt-s1",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--exclusive",
+        "--output=/tmp/mtt-s1-20261201-100835-%j.out",
+        "--comment=mtt-train-ops:s1/20261201-100835",
+        "--partition=gpu",
+        "--time=120",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sinfo", "wanted", "asked"),
+    [
+        ((FIXTURES / "sinfo-gres-none.txt").read_text(), "auto", False),  # the testbed: no GRES
+        ("gpu:8\n", "auto", True),
+        ("gpu:s5000:8(S:0-1)\n", "auto", True),
+        ("(null)\ngpu:h200:8\n", "auto", True),
+        ("gpu:8\n", "false", False),
+        ("(null)\n", "true", True),
+        ("gpumem:80G\n", "auto", False),
+    ],
+)
+def test_gpus_are_asked_for_where_the_partition_has_gpu_gres(sinfo, wanted, asked):
+    options = slurm.batch_options(PLAN, settings(slurm_gpus_per_node=wanted), slurm.has_gpu_gres(sinfo))
+    assert ("--gpus-per-node=8" in options) is asked
+
+
+def test_the_real_queue_shows_a_pending_job_with_its_reason():
+    jobs = slurm.parse_queue((FIXTURES / "squeue-pending.txt").read_text())
+    assert [slurm.queue_line(job) for job in jobs] == ["job 11 PENDING (Resources)", "job 9 RUNNING on node[1-2]"]
+    assert [job["job_id"] for job in slurm.bundle_jobs(jobs)] == ["11"]
+
+
+def _record(job_id: str):
+    return slurm.parse_accounting((FIXTURES / "sacct-jobs.txt").read_text(), job_id)
+
+
+def test_sacct_records_are_found_by_job_id_and_cancelled_by_is_split_off():
+    assert _record("8")["state"] == "CANCELLED" and _record("8")["by"] == "0"
+    assert _record("17")["exit_code"] == "1:0"
+    assert _record("99") is None
+    assert slurm.accounting_text(_record("15")) == (
+        "Slurm job 15: TIMEOUT after 00:01:04 (limit 00:01:00), exit code 0:15, on node[1-2]"
+    )
+
+
+def test_a_completed_job_keeps_the_watchers_outcome_and_adds_slurms_record():
+    got = slurm.outcome_with_job({"state": "finished"}, _record("11"), "11")
+    assert got["state"] == "finished"
+    assert got["slurm"]["state"] == "COMPLETED"
+
+
+def test_a_time_limit_is_a_timeout_not_a_crash():
+    watched = {"state": "failed", "kind": "killed", "node": "node2", "reason": "the launch on node2 is gone"}
+    got = slurm.outcome_with_job(watched, _record("15"), "15")
+    assert got["kind"] == "timeout"
+    assert "reached its time limit" in got["reason"] and "not a crash" in got["reason"]
+
+
+def test_a_failed_job_keeps_the_named_rank_and_adds_slurms_state():
+    watched = {"state": "failed", "kind": "exited", "node": "node2", "reason": "torchrun on node2 exited with status 1"}
+    got = slurm.outcome_with_job(watched, _record("17"), "17")
+    assert got["node"] == "node2" and got["kind"] == "exited"
+    assert (
+        got["reason"]
+        == "torchrun on node2 exited with status 1; Slurm job 17: FAILED after 00:00:36, exit code 1:0, on node[1-2]"
+    )
+
+
+def test_a_cancel_outside_stop_yml_is_named_but_stop_yml_is_not_blamed():
+    got = slurm.outcome_with_job({"state": "failed", "kind": "killed", "node": "node1"}, _record("8"), "8")
+    assert got["kind"] == "cancelled" and "not by stop.yml" in got["reason"]
+    stopped = slurm.outcome_with_job({"state": "failed", "kind": "stopped", "node": "node1"}, _record("8"), "8")
+    assert stopped["kind"] == "stopped"
+
+
+def test_a_lost_node_in_slurm_keeps_the_watchers_node():
+    record = dict(_record("17"), state="NODE_FAIL")
+    got = slurm.outcome_with_job({"state": "failed", "kind": "lost", "node": "node2", "reason": "gone"}, record, "17")
+    assert got["kind"] == "lost" and got["node"] == "node2" and "Slurm lost a node" in got["reason"]
+
+
+def test_no_record_is_said_plainly():
+    got = slurm.outcome_with_job({"state": "finished"}, None, "5")
+    assert got["slurm"]["text"] == "Slurm job 5: sacct has no record"
+
+
+def test_the_allocation_maps_to_inventory_hosts_in_slurms_order_and_names_strangers():
+    hosts, unknown = slurm.allocation_hosts(["gpu-b", "gpu-a", "gpu-z"], {"gpu-a": "node1", "gpu-b": "node2"})
+    assert hosts == ["node2", "node1"] and unknown == ["gpu-z"]
+
+
+def test_the_go_table_names_every_node_with_its_rank():
+    assert slurm.go_table(PLAN, {"node1": "gpu-a"}) == "gpu-a node1 0\nnode2 node2 1\n"
+
+
+def _render_batch(tmp_path: Path) -> Path:
+    """The batch script as train.yml renders it: the real template, through Ansible's template lookup."""
+    out = tmp_path / "batch.sh"
+    template = ROOT / "templates" / "slurm-batch.sh.j2"
+    template_vars = {
+        "slurm_plan": PLAN,
+        "slurm_options": ["--nodes=2"],
+        "slurm_batch_container": "train",
+        "slurm_batch_go_timeout": 4,
+        "slurm_batch_stop_grace_s": 5,
+    }
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": template_vars,
+            "tasks": [
+                {
+                    "ansible.builtin.copy": {
+                        "content": f"{{{{ lookup('ansible.builtin.template', '{template}') }}}}",
+                        "dest": str(out),
+                        "mode": "0755",
+                    }
+                }
+            ],
+        }
+    ]
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(json.dumps(play))
+    binary = Path(sys.executable).parent / "ansible-playbook"
+    done = subprocess.run(
+        [
+            str(binary),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(playbook),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    return out
+
+
+def test_the_batch_script_is_valid_bash_and_its_node_task_refuses_a_missing_go_file(tmp_path):
+    script = _render_batch(tmp_path)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    task = text.split("<<'TASK'\n", 1)[1].split("\nTASK\n", 1)[0]
+    # the node task, run as srun would on a node without the container: a docker that always fails
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "docker").write_text("#!/bin/sh\nexit 1\n")
+    (fake / "docker").chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", task],
+        env={"PATH": f"{fake}:/usr/bin:/bin", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "1"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "train.yml did not write the run's files into container train within 4 s; nothing started" in done.stderr
