@@ -5,7 +5,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 PLAYBOOKS := $(wildcard playbooks/*.yml) $(wildcard *.yml)
 
-.PHONY: demo setup plan test test-fast lint bench clean testbed-up testbed-down molecule card-check megatron-src
+.PHONY: demo demo-slurm setup plan test test-fast lint bench clean testbed-up testbed-down molecule card-check megatron-src
 
 setup: $(VENV)/.installed
 
@@ -20,6 +20,12 @@ demo: testbed-up
 	$(BIN)/ansible-playbook -i inventory/testbed provision.yml
 	$(BIN)/ansible-playbook -i inventory/testbed train.yml -e tp=1 -e pp=1
 	$(BIN)/ansible-playbook -i inventory/testbed stop.yml
+
+## The same lifecycle with Slurm as the launcher: the testbed's real Slurm allocates and starts (docs/slurm.md).
+demo-slurm: testbed-up
+	$(BIN)/ansible-playbook -i inventory/testbed provision.yml
+	$(BIN)/ansible-playbook -i inventory/testbed train.yml -e tp=1 -e pp=1 -e launcher=slurm
+	$(BIN)/ansible-playbook -i inventory/testbed stop.yml -e launcher=slurm
 
 ## Plan Llama3-8B on the example two-node S5000 cluster.
 plan: setup

@@ -296,7 +296,7 @@ def slurm_bundle_jobs(squeue_stdout: str) -> list[dict[str, str]]:
 
 
 def slurm_queue_line(job: Mapping[str, str]) -> str:
-    """``Slurm job 12 (mtt-exp) RUNNING on node[1-2] for 3:02, run exp/run``: a bundle job as status and stop show it."""
+    """``Slurm job 12 RUNNING on node[1-2] for 3:02, run exp/run``: a bundle job as status and stop show it."""
     line = _core("slurm").queue_line(job)
     run = job.get("comment", "").split(":", 1)[-1]
     return f"Slurm {line} for {job.get('elapsed') or '0:00'}, run {run}"

@@ -47,6 +47,7 @@ def test_slurm_settings_default_to_every_inventory_node_and_the_partitions_defau
         "partition": "",
         "time": None,
         "queue_timeout": 3600.0,
+        "go_timeout": 900,
         "gpus_per_node": "auto",
         "output_dir": "/tmp",
     }
@@ -64,6 +65,7 @@ def test_slurm_settings_default_to_every_inventory_node_and_the_partitions_defau
         ({"slurm_time": "1:60:00"}, "minutes or seconds of 60"),
         ({"slurm_queue_timeout": -1}, "slurm_queue_timeout=-1 must be seconds > 0"),
         ({"slurm_gpus_per_node": "8"}, "must be auto, true or false"),
+        ({"slurm_go_timeout": "5"}, "slurm_go_timeout='5' must be whole seconds >= 10"),
         ({"slurm_output_dir": "logs"}, "must be an absolute path"),
         ({"max_restarts": 2}, "not supported with -e launcher=slurm"),
     ],

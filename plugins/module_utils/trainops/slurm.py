@@ -60,7 +60,8 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
     ``raw``: ``launcher`` (ssh|slurm), ``slurm_nodes`` (default: every node of the inventory), ``slurm_partition``
     (default: Slurm's default partition), ``slurm_time`` (default: the partition's), ``slurm_queue_timeout``
     (seconds to wait for the allocation, default 3600), ``slurm_output_dir`` (where the batch host writes the
-    job's output, default /tmp), ``slurm_gpus_per_node`` (auto|true|false: ``--gpus-per-node`` where the
+    job's output, default /tmp), ``slurm_go_timeout`` (seconds each node's task waits for the run's files, default
+    900), ``slurm_gpus_per_node`` (auto|true|false: ``--gpus-per-node`` where the
     partition has GPU GRES), ``max_restarts``. Raises :class:`PlanError` with every problem."""
     problems: list[str] = []
     launcher = str(raw.get("launcher") or "ssh").strip().lower()
@@ -107,6 +108,11 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
     except (TypeError, ValueError):
         problems.append(f"-e slurm_queue_timeout={queue!r} must be seconds > 0")
         queue_timeout = 3600.0
+    go = raw.get("slurm_go_timeout", 900)
+    go_text = str(go).strip()
+    if isinstance(go, bool) or not (go_text.isascii() and go_text.isdigit()) or int(go_text) < 10:
+        problems.append(f"-e slurm_go_timeout={go!r} must be whole seconds >= 10")
+        go_text = "900"
     gpus = str(raw.get("slurm_gpus_per_node", "auto")).strip().lower()
     if gpus not in ("auto", "true", "false"):
         problems.append(f"-e slurm_gpus_per_node={raw.get('slurm_gpus_per_node')!r} must be auto, true or false")
@@ -128,6 +134,7 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
         "partition": partition,
         "time": limit,
         "queue_timeout": queue_timeout,
+        "go_timeout": int(go_text),
         "gpus_per_node": gpus,
         "output_dir": output_dir.rstrip("/") or "/",
     }

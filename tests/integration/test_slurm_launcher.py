@@ -1,0 +1,182 @@
+"""train.yml, status.yml and stop.yml with -e launcher=slurm on the testbed's real Slurm (Debian 12's slurmctld on
+node1, slurmd on every node, slurmdbd with MariaDB for sacct, a shared munge key). Real faults: a second
+allocation holding the nodes, a rank SIGKILLed, scancel through stop.yml, a --time limit reached, a partition
+that does not exist and one smaller than the job. Marked `testbed`."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from testbed import docker, in_container, latest_run, playbook, rank_pid, train_in_background, wait_for_iterations
+
+pytestmark = pytest.mark.testbed
+SLURM = ("-e", "launcher=slurm", "-e", "progress_interval=2")
+#: Long enough that a fault lands mid-run (about 25 ms an iteration here).
+LONG = ("-e", "train_iters=20000")
+
+
+def _login(command: str, check: bool = True):
+    """A Slurm command on node1 (the inventory's slurm_login node), as an operator would type it there."""
+    return docker("exec", "mtt-node-1", "sh", "-c", command, check=check)
+
+
+def _sacct(job_id: str) -> str:
+    return _login(f"sacct --jobs {job_id} --allocations --noheader --parsable2 --format=State").stdout.strip()
+
+
+def _job_id(output: str) -> str:
+    found = re.findall(r"node1: job (\d+) ", output)
+    assert found, output[-4000:]
+    return found[-1]
+
+
+def _no_rank_left() -> None:
+    for node in ("node1", "node2"):
+        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
+
+
+def _bundle_jobs() -> str:
+    return _login("squeue --noheader --format='%i %k' | grep mtt-train-ops || true").stdout.strip()
+
+
+def _wait_running(exp: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(r"mtt-train-ops:" + re.escape(exp) + "/", _login("squeue --noheader --format='%T %k'").stdout):
+            return
+        time.sleep(1)
+    raise AssertionError(f"no Slurm job of {exp} in the queue in time")
+
+
+@pytest.fixture(scope="module")
+def provisioned(testbed):
+    """Provisioned, idle, and Slurm's queue empty of this bundle's jobs."""
+    assert playbook("provision.yml").returncode == 0
+    stop = playbook("stop.yml", *SLURM)
+    assert stop.returncode == 0, stop.stdout[-3000:]
+    idle = _login("sinfo --noheader --Node --format='%N %T' | sort -u").stdout.split()
+    assert idle == ["node1", "idle", "node2", "idle"], idle
+
+
+def test_a_run_through_slurm_matches_the_ssh_run_and_sacct_says_completed(provisioned):
+    plan = ("-e", "fresh=true", "-e", "train_iters=60")
+    by_ssh = playbook("train.yml", "-e", "exp=slurm-same", *plan)
+    assert by_ssh.returncode == 0, by_ssh.stdout[-4000:]
+    ssh_summary = json.loads((latest_run("slurm-same") / "summary.json").read_text())
+
+    by_slurm = playbook("train.yml", "-e", "exp=slurm-same", *plan, *SLURM)
+    assert by_slurm.returncode == 0, by_slurm.stdout[-6000:]
+    job_id = _job_id(by_slurm.stdout)
+    run_dir = latest_run("slurm-same")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert _sacct(job_id) == "COMPLETED"
+    assert summary["slurm"]["state"] == "COMPLETED" and summary["slurm"]["job_id"] == job_id
+    assert f"slurm        Slurm job {job_id}: COMPLETED" in by_slurm.stdout
+    # the same plan, the same run: nodes, ranks, iterations, tokens, and the smoke job's loss curve
+    for key in ("state", "world_size", "last_iteration", "train_iters", "job"):
+        assert summary[key] == ssh_summary[key], key
+    for end in ("first", "last"):
+        assert summary["losses"]["lm loss"][end] == pytest.approx(ssh_summary["losses"]["lm loss"][end], rel=1e-3)
+    plan_json = json.loads((run_dir / "plan" / "plan.json").read_text())
+    assert [n["name"] for n in plan_json["nodes"]] == ["node1", "node2"] and plan_json["master"] == "node1"
+    # Slurm's own record of the job, and the batch job itself, are kept with the run
+    out = (run_dir / f"slurm-{job_id}.out").read_text()
+    assert "[node2 node 1] launch-node2.sh exited with status 0" in out
+    assert "srun --ntasks-per-node=1" in (run_dir / "slurm-batch.sh").read_text()
+
+
+def test_a_job_queued_behind_another_allocation_shows_pending_and_its_reason_then_runs(provisioned):
+    holder = _login("sbatch --parsable --nodes=2 --exclusive --job-name=holder --wrap 'sleep 25'").stdout.strip()
+    try:
+        result = playbook("train.yml", "-e", "exp=slurm-queued", "-e", "fresh=true", *SLURM)
+    finally:
+        _login(f"scancel {holder}", check=False)
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert re.search(r"node1: job \d+ PENDING \(Resources\), waited \d+ s", result.stdout), result.stdout[-6000:]
+    assert re.search(r"node1: job \d+ RUNNING on node\[1-2\], waited (\d+) s", result.stdout)
+    waited = int(re.search(r"RUNNING on node\[1-2\], waited (\d+) s", result.stdout).group(1))
+    assert waited >= 15, f"the job ran after {waited} s while the holder held the nodes for 25 s"
+    assert _sacct(holder) == "COMPLETED"
+    assert _sacct(_job_id(result.stdout)) == "COMPLETED"
+
+
+def test_a_rank_killed_mid_run_is_named_and_slurms_state_reported(provisioned):
+    exp = "slurm-killed"
+    job = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", *LONG, *SLURM)
+    try:
+        wait_for_iterations(exp, count=20)
+        pid = rank_pid("node2", exp, 3)
+        in_container("node2", f"kill -9 {pid}")
+        output, _ = job.communicate(timeout=600)
+    finally:
+        job.kill()
+    assert job.returncode != 0
+    said = " ".join(output.split())
+    assert f"node2 rank 3 (local rank 1): Signal 9 (SIGKILL) received by PID {pid}" in said, said[-4000:]
+    job_id = _job_id(output)
+    assert re.search(rf"slurm Slurm job {job_id}: FAILED after \S+, exit code \d+:\d+", said), said[-4000:]
+    assert _sacct(job_id) == "FAILED"
+    _no_rank_left()
+
+
+def test_stop_cancels_a_running_job_and_no_rank_survives_in_any_container(provisioned):
+    exp = "slurm-stopped"
+    started = playbook("train.yml", "-e", f"exp={exp}", "-e", "fresh=true", "-e", "wait=false", *LONG, *SLURM)
+    assert started.returncode == 0, started.stdout[-4000:]
+    job_id = _job_id(started.stdout)
+    wait_for_iterations(exp, count=5)
+    status = playbook("playbooks/status.yml", *SLURM)
+    assert status.returncode == 0, status.stdout[-4000:]
+    assert re.search(rf"Slurm job {job_id} RUNNING on node\[1-2\] for \S+, run {exp}/", status.stdout)
+
+    stop = playbook("stop.yml", *SLURM)
+    assert stop.returncode == 0, stop.stdout[-4000:]
+    assert _sacct(job_id) == "CANCELLED by 0"
+    assert not _bundle_jobs()
+    _no_rank_left()
+    # the ranks were stopped by the job's own tasks as Slurm ended them, before stop.yml's node plays looked
+    assert "node1: idle, nothing to stop" in stop.stdout and "node2: idle, nothing to stop" in stop.stdout
+    for node in ("node1", "node2"):
+        stopped = in_container(node, f"cat /data/mtt-train-ops/runs/{exp}/*/logs/slurm-stop-{node}.json")
+        assert json.loads(stopped.stdout)["stopped"][0]["result"] == "stopped by SIGTERM"
+
+
+def test_a_time_limit_is_reported_as_timeout_not_as_a_crash(provisioned):
+    result = playbook("train.yml", "-e", "exp=slurm-timeout", "-e", "fresh=true", "-e", "slurm_time=1", *LONG, *SLURM)
+    assert result.returncode != 0
+    said = " ".join(result.stdout.split())
+    job_id = _job_id(result.stdout)
+    assert _sacct(job_id) == "TIMEOUT"
+    assert re.search(
+        rf"failure Slurm job {job_id}: TIMEOUT after \S+ \(limit 00:01:00\).*: the job reached its time limit "
+        "and Slurm stopped it; not a crash",
+        said,
+    ), said[-4000:]
+    assert "SIGKILL" not in said.split("failure", 1)[-1].split("report", 1)[0]
+    summary = json.loads((latest_run("slurm-timeout") / "summary.json").read_text())
+    assert summary["failure"]["kind"] == "timeout"
+    _no_rank_left()
+
+
+@pytest.mark.parametrize(
+    ("partition", "reason"),
+    [
+        ("nope", "sbatch: error: invalid partition specified: nope"),
+        ("single", "Requested node configuration is not available"),  # node2 only, the job asks for 2
+    ],
+)
+def test_a_job_slurm_would_refuse_is_refused_with_slurms_reason_and_nothing_starts(provisioned, partition, reason):
+    before = _login("sacct --allocations --noheader --parsable2 --format=JobID --starttime=now-1days").stdout
+    result = playbook("train.yml", "-e", f"exp=slurm-refused-{partition}", "-e", f"slurm_partition={partition}", *SLURM)
+    assert result.returncode != 0
+    said = " ".join(result.stdout.split())
+    assert "train.yml: Slurm refuses the job" in said and reason in said, said[-3000:]
+    assert "Nothing was submitted and nothing started" in said
+    assert _login("sacct --allocations --noheader --parsable2 --format=JobID --starttime=now-1days").stdout == before
+    for node in ("node1", "node2"):
+        listed = in_container(node, f"ls /data/mtt-train-ops/runs/slurm-refused-{partition} 2>&1", check=False)
+        assert "No such file or directory" in listed.stdout, listed.stdout
