@@ -28,8 +28,6 @@ from trainops import slurm  # noqa: E402
 
 display = Display()
 
-SACCT_ARGS = ("--allocations", "--noheader", "--parsable2", f"--format={slurm.SACCT_FIELDS}")
-
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
@@ -119,7 +117,7 @@ class ActionModule(ActionBase):
 
     def _accounting(self, job_id: str) -> dict[str, str] | None:
         for _ in range(10):
-            reply = self._run(["sacct", "--jobs", job_id, *SACCT_ARGS])
+            reply = self._run(["sacct", "--jobs", job_id, *slurm.SACCT_ARGS])
             record = slurm.parse_accounting(reply["stdout"], job_id) if reply["rc"] == 0 else None
             if record and record["state"] not in slurm.ACTIVE:
                 return record

@@ -170,8 +170,10 @@ def train_outcome(master: str, fanout: Mapping[str, Any], watch: Mapping[str, An
     return _core("outcome").train_outcome(master, fanout, watch)
 
 
-def running_text(outcome: Mapping[str, Any], plan: Mapping[str, Any], run_dir: str) -> str:
-    return _core("outcome").running_text(plan, outcome, run_dir)
+def running_text(
+    outcome: Mapping[str, Any], plan: Mapping[str, Any], run_dir: str, slurm_job: Mapping[str, Any] | None = None
+) -> str:
+    return _core("outcome").running_text(plan, outcome, run_dir, slurm_job or None)
 
 
 def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -289,6 +291,18 @@ def slurm_outcome(outcome: Mapping[str, Any], sacct_stdout: str, job_id: Any) ->
     return core.outcome_with_job(outcome, core.parse_accounting(sacct_stdout or "", str(job_id)), str(job_id))
 
 
+def slurm_job_ended(sacct_stdout: str, job_id: Any) -> bool:
+    """Whether sacct's output records the job as ended (any state but those of a queued or running job)."""
+    core = _core("slurm")
+    record = core.parse_accounting(sacct_stdout or "", str(job_id))
+    return bool(record) and record["state"] not in core.ACTIVE
+
+
+def slurm_sacct_argv(job_id: Any) -> list[str]:
+    """sacct's command line for one job's own record, in the fields trainops.slurm.parse_accounting reads."""
+    return ["sacct", "--jobs", str(job_id), *_core("slurm").SACCT_ARGS]
+
+
 def slurm_bundle_jobs(squeue_stdout: str) -> list[dict[str, str]]:
     """The bundle's jobs in squeue's output (``--format=trainops.slurm.SQUEUE_FORMAT``)."""
     core = _core("slurm")
@@ -338,6 +352,8 @@ class FilterModule:
             "trainops_slurm_go_table": slurm_go_table,
             "trainops_slurm_outcome": slurm_outcome,
             "trainops_slurm_bundle_jobs": slurm_bundle_jobs,
+            "trainops_slurm_job_ended": slurm_job_ended,
+            "trainops_slurm_sacct_argv": slurm_sacct_argv,
             "trainops_slurm_queue_line": slurm_queue_line,
             "parse_mthreads_gmi": parse_mthreads_gmi,
             "parse_mthreads_gmi_full": parse_mthreads_gmi_full,

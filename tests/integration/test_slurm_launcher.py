@@ -95,6 +95,18 @@ def test_a_run_through_slurm_matches_the_ssh_run_and_sacct_says_completed(provis
     assert "srun --ntasks-per-node=1" in (run_dir / "slurm-batch.sh").read_text()
 
 
+def test_the_run_is_planned_again_on_the_nodes_slurm_gave_the_first_one_the_master(provisioned):
+    # planned first on the inventory's first node (node1); the partition `single` holds node2 only
+    one_node_of_single = ("-e", "slurm_nodes=1", "-e", "slurm_partition=single")
+    result = playbook("train.yml", "-e", "exp=slurm-replan", "-e", "fresh=true", *one_node_of_single, *SLURM)
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert "master node1 172.30.0.11" in result.stdout and "RUNNING on node2" in result.stdout
+    plan_json = json.loads((latest_run("slurm-replan") / "plan" / "plan.json").read_text())
+    assert plan_json["master"] == "node2" and plan_json["master_addr"] == "172.30.0.12"
+    assert [(n["name"], n["node_rank"]) for n in plan_json["nodes"]] == [("node2", 0)]
+    assert json.loads((latest_run("slurm-replan") / "summary.json").read_text())["slurm"]["state"] == "COMPLETED"
+
+
 def test_a_job_queued_behind_another_allocation_shows_pending_and_its_reason_then_runs(provisioned):
     holder = _login("sbatch --parsable --nodes=2 --exclusive --job-name=holder --wrap 'sleep 25'").stdout.strip()
     try:

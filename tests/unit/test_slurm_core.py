@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainops import slurm
+import yaml
+from trainops import outcome, slurm
 from trainops.errors import PlanError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,3 +260,15 @@ def test_the_batch_script_is_valid_bash_and_its_node_task_refuses_a_missing_go_f
     )
     assert done.returncode == 2
     assert "train.yml did not write the run's files into container train within 4 s; nothing started" in done.stderr
+
+
+def test_a_run_left_going_under_slurm_names_its_job_and_the_commands_take_the_launcher():
+    text = outcome.running_text(PLAN, {"state": "running"}, "/runs/s1/x", {"id": "8", "slurm_nodes": NODES})
+    assert "slurm:      job 8 on node1,node2 (squeue --jobs 8)" in text
+    assert "stop it:    ansible-playbook stop.yml -e launcher=slurm" in text
+    assert "-e launcher" not in outcome.running_text(PLAN, {"state": "running"}, "/runs/s1/x")
+
+
+def test_the_playbooks_read_squeue_in_the_cores_format():
+    play = yaml.safe_load((ROOT / "playbooks" / "slurm_jobs.yml").read_text())[0]
+    assert play["vars"]["slurm_jobs_squeue"][-1] == f"--format={slurm.SQUEUE_FORMAT}"

@@ -37,21 +37,27 @@ def train_outcome(master: str, fanout: Mapping[str, Any], watch: Mapping[str, An
     return dict(watch) if watch else {"state": "running"}
 
 
-def running_text(plan: Mapping[str, Any], outcome: Mapping[str, Any], run_dir: str) -> str:
-    """What train.yml prints when it returns while the run goes on: its state and how to follow, stop and report."""
+def running_text(
+    plan: Mapping[str, Any], outcome: Mapping[str, Any], run_dir: str, slurm_job: Mapping[str, Any] | None = None
+) -> str:
+    """What train.yml prints when it returns while the run goes on: its state and how to follow, stop and report;
+    with ``slurm_job`` (launcher=slurm: ``id``, ``slurm_nodes``) the job too, and the commands take the launcher."""
     if outcome.get("progress") is None and "watched_s" not in outcome:
         state = "started"
     else:
         state = f"is still running after {outcome.get('watched_s')} s"
     progress = f": {outcome['progress']}" if outcome.get("progress") else ""
-    return "\n".join(
-        [
-            f"run {plan['run_id']} ({plan['exp_name']}) {state}{progress}",
-            "follow it:  ansible-playbook playbooks/status.yml",
-            "stop it:    ansible-playbook stop.yml",
-            f"report:     ansible-playbook playbooks/report.yml -e run={shlex.quote(run_dir)}",
-        ]
-    )
+    launcher = " -e launcher=slurm" if slurm_job else ""
+    lines = [
+        f"run {plan['run_id']} ({plan['exp_name']}) {state}{progress}",
+        f"follow it:  ansible-playbook playbooks/status.yml{launcher}",
+        f"stop it:    ansible-playbook stop.yml{launcher}",
+        f"report:     ansible-playbook playbooks/report.yml -e run={shlex.quote(run_dir)}",
+    ]
+    if slurm_job:
+        nodes = ",".join(slurm_job.get("slurm_nodes") or [])
+        lines.insert(1, f"slurm:      job {slurm_job['id']} on {nodes} (squeue --jobs {slurm_job['id']})")
+    return "\n".join(lines)
 
 
 def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:

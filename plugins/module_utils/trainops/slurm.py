@@ -24,6 +24,8 @@ COMMENT_PREFIX = "mtt-train-ops:"
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%j|%k"
 #: sacct's fields (``--parsable2 --noheader --allocations``).
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,Timelimit,NodeList,Reason"
+#: sacct's arguments after ``--jobs ID``: the job's own line (no steps), no header, ``|``-separated.
+SACCT_ARGS = ("--allocations", "--noheader", "--parsable2", f"--format={SACCT_FIELDS}")
 
 #: Job states of squeue that mean the job has not ended.
 ACTIVE = frozenset(
