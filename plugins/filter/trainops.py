@@ -285,10 +285,13 @@ def slurm_go_table(plan: Mapping[str, Any], names: Mapping[str, str]) -> str:
     return _core("slurm").go_table(plan, names)
 
 
-def slurm_outcome(outcome: Mapping[str, Any], sacct_stdout: str, job_id: Any) -> dict[str, Any]:
+def slurm_outcome(
+    outcome: Mapping[str, Any], sacct_stdout: str, job_id: Any, cancelled_here: bool = False
+) -> dict[str, Any]:
     """The run's outcome with sacct's account of the job (trainops.slurm.outcome_with_job)."""
     core = _core("slurm")
-    return core.outcome_with_job(outcome, core.parse_accounting(sacct_stdout or "", str(job_id)), str(job_id))
+    record = core.parse_accounting(sacct_stdout or "", str(job_id))
+    return core.outcome_with_job(outcome, record, str(job_id), bool(cancelled_here))
 
 
 def slurm_job_ended(sacct_stdout: str, job_id: Any) -> bool:

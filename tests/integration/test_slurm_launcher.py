@@ -34,6 +34,12 @@ def _job_id(output: str) -> str:
     return found[-1]
 
 
+def _clean(exp: str) -> None:
+    """No run of ``exp`` left in the containers from an earlier session (the log globs would find it)."""
+    for node in ("node1", "node2"):
+        in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
+
+
 def _no_rank_left() -> None:
     for node in ("node1", "node2"):
         assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
@@ -124,6 +130,7 @@ def test_a_job_queued_behind_another_allocation_shows_pending_and_its_reason_the
 
 def test_a_rank_killed_mid_run_is_named_and_slurms_state_reported(provisioned):
     exp = "slurm-killed"
+    _clean(exp)
     job = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", *LONG, *SLURM)
     try:
         wait_for_iterations(exp, count=20)
@@ -143,6 +150,7 @@ def test_a_rank_killed_mid_run_is_named_and_slurms_state_reported(provisioned):
 
 def test_stop_cancels_a_running_job_and_no_rank_survives_in_any_container(provisioned):
     exp = "slurm-stopped"
+    _clean(exp)
     started = playbook("train.yml", "-e", f"exp={exp}", "-e", "fresh=true", "-e", "wait=false", *LONG, *SLURM)
     assert started.returncode == 0, started.stdout[-4000:]
     job_id = _job_id(started.stdout)

@@ -172,6 +172,13 @@ def test_a_cancel_outside_stop_yml_is_named_but_stop_yml_is_not_blamed():
     assert stopped["kind"] == "stopped"
 
 
+def test_a_job_train_yml_cancelled_after_its_run_ended_keeps_the_watchers_cause():
+    lost = {"state": "failed", "kind": "lost", "node": "node2", "reason": "node2 does not answer"}
+    got = slurm.outcome_with_job(lost, _record("8"), "8", cancelled_here=True)
+    assert got["kind"] == "lost" and got["node"] == "node2" and got["reason"] == "node2 does not answer"
+    assert got["slurm"]["text"].endswith("(by train.yml: the job outlived its run)")
+
+
 def test_a_lost_node_in_slurm_keeps_the_watchers_node():
     record = dict(_record("17"), state="NODE_FAIL")
     got = slurm.outcome_with_job({"state": "failed", "kind": "lost", "node": "node2", "reason": "gone"}, record, "17")

@@ -227,12 +227,16 @@ def accounting_text(record: Mapping[str, str]) -> str:
     return text
 
 
-def outcome_with_job(outcome: Mapping[str, Any], record: Mapping[str, str] | None, job_id: str) -> dict[str, Any]:
+def outcome_with_job(
+    outcome: Mapping[str, Any], record: Mapping[str, str] | None, job_id: str, cancelled_here: bool = False
+) -> dict[str, Any]:
     """The run's outcome with Slurm's account of the job as one more input.
 
     The watcher's outcome names the node and rank; Slurm's state adds what the watcher cannot see: a job that
     reached its ``--time`` (TIMEOUT: the ranks were stopped by Slurm, not crashed), was cancelled outside
-    stop.yml (CANCELLED), lost a node (NODE_FAIL) or was killed for host memory (OUT_OF_MEMORY)."""
+    stop.yml (CANCELLED), lost a node (NODE_FAIL) or was killed for host memory (OUT_OF_MEMORY).
+    ``cancelled_here``: train.yml cancelled the job itself after the run had ended (a job that outlived its run,
+    e.g. waiting for a lost node), so CANCELLED says nothing about the run."""
     out = dict(outcome)
     if record is None:
         out["slurm"] = {"job_id": str(job_id), "state": "UNKNOWN", "text": f"Slurm job {job_id}: sacct has no record"}
@@ -247,6 +251,8 @@ def outcome_with_job(outcome: Mapping[str, Any], record: Mapping[str, str] | Non
             reason=f"{text}: the job reached its time limit and Slurm stopped it; not a crash. Run train.yml again "
             "with a longer -e slurm_time: it resumes from the last checkpoint",
         )
+    elif state == "CANCELLED" and cancelled_here:
+        out["slurm"]["text"] = text = f"{text} (by train.yml: the job outlived its run)"
     elif state == "CANCELLED" and outcome.get("kind") != "stopped" and outcome.get("state") != "finished":
         out.update(
             state="failed",
