@@ -286,12 +286,20 @@ def slurm_go_table(plan: Mapping[str, Any], names: Mapping[str, str]) -> str:
 
 
 def slurm_outcome(
-    outcome: Mapping[str, Any], sacct_stdout: str, job_id: Any, cancelled_here: bool = False
+    outcome: Mapping[str, Any],
+    sacct_stdout: str,
+    job_id: Any,
+    cancelled_here: bool = False,
+    sinfo_stdout: str = "",
+    slurm_names: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The run's outcome with sacct's account of the job (trainops.slurm.outcome_with_job)."""
+    """The run's outcome with sacct's account of the job (trainops.slurm.outcome_with_job); ``sinfo_stdout``
+    (``--Node --format=%N|%T|%E``) and ``slurm_names`` (the plan's hosts -> Slurm names) name a lost node."""
     core = _core("slurm")
     record = core.parse_accounting(sacct_stdout or "", str(job_id))
-    return core.outcome_with_job(outcome, record, str(job_id), bool(cancelled_here))
+    down = core.unresponsive_nodes(sinfo_stdout or "")
+    lost = {host: down[name] for host, name in (slurm_names or {}).items() if name in down}
+    return core.outcome_with_job(outcome, record, str(job_id), bool(cancelled_here), lost)
 
 
 def slurm_job_ended(sacct_stdout: str, job_id: Any) -> bool:

@@ -206,3 +206,33 @@ def test_a_job_slurm_would_refuse_is_refused_with_slurms_reason_and_nothing_star
     for node in ("node1", "node2"):
         listed = in_container(node, f"ls /data/mtt-train-ops/runs/slurm-refused-{partition} 2>&1", check=False)
         assert "No such file or directory" in listed.stdout, listed.stdout
+
+
+def test_a_node_slurm_loses_mid_run_is_named_and_the_job_is_not_requeued(provisioned):
+    exp = "slurm-node-fail"
+    _clean(exp)
+    job = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", "-e", "train_iters=60000", *SLURM)
+    try:
+        wait_for_iterations(exp, count=20)
+        docker("exec", "mtt-node-2", "pkill", "-9", "-x", "slurmd")  # the node's ranks run on; Slurm loses it
+        output, _ = job.communicate(timeout=600)
+    finally:
+        job.kill()
+        docker("exec", "mtt-node-2", "/usr/local/sbin/testbed-slurm-start")
+    assert job.returncode != 0
+    said = " ".join(output.split())
+    job_id = _job_id(output)
+    assert re.search(
+        rf"failed: node2: Slurm job {job_id}: NODE_FAIL after \S+, .*: Slurm lost node2 \(down\*: Not responding\) "
+        "and ended the job; the ranks on the other nodes were stopped by Slurm, not crashed",
+        said,
+    ), said[-4000:]
+    _no_rank_left()
+    # node2 back: Slurm must not start the job again by itself (--no-requeue)
+    deadline = time.monotonic() + 120
+    while "down" in _login("sinfo --noheader --Node --format=%T").stdout and time.monotonic() < deadline:
+        time.sleep(2)
+    time.sleep(5)
+    assert not _bundle_jobs()
+    assert _sacct(job_id) == "NODE_FAIL"
+    _no_rank_left()

@@ -99,6 +99,7 @@ def test_batch_options_come_from_the_plan_one_task_per_whole_node():
         "--nodes=2",
         "--ntasks-per-node=1",
         "--exclusive",
+        "--no-requeue",
         "--output=/tmp/mtt-s1-20261201-100835-%j.out",
         "--comment=mtt-train-ops:s1/20261201-100835",
         "--partition=gpu",
@@ -182,7 +183,20 @@ def test_a_job_train_yml_cancelled_after_its_run_ended_keeps_the_watchers_cause(
 def test_a_lost_node_in_slurm_keeps_the_watchers_node():
     record = dict(_record("17"), state="NODE_FAIL")
     got = slurm.outcome_with_job({"state": "failed", "kind": "lost", "node": "node2", "reason": "gone"}, record, "17")
-    assert got["kind"] == "lost" and got["node"] == "node2" and "Slurm lost a node" in got["reason"]
+    assert got["kind"] == "lost" and got["node"] == "node2"
+    assert got["reason"].startswith("gone; Slurm job 17: NODE_FAIL")
+
+
+def test_a_node_slurm_lost_while_its_ranks_ran_on_is_named_from_sinfo():
+    # the testbed: node2's slurmd killed mid-run; 120 s later Slurm marks it down* and ends the job NODE_FAIL
+    down = slurm.unresponsive_nodes((FIXTURES / "sinfo-node-down.txt").read_text())
+    assert down == {"node2": "down*: Not responding"}
+    record = dict(_record("17"), state="NODE_FAIL")
+    watched = {"state": "failed", "kind": "killed", "node": "node1", "reason": "the launch on node1 is gone"}
+    got = slurm.outcome_with_job(watched, record, "17", lost_nodes=down)
+    assert got["kind"] == "node_fail" and got["node"] == "node2"
+    assert "Slurm lost node2 (down*: Not responding) and ended the job" in got["reason"]
+    assert slurm.outcome_with_job(watched, record, "17")["reason"].count("Slurm lost a node of the job") == 1
 
 
 def test_no_record_is_said_plainly():

@@ -205,12 +205,12 @@ def build_report(
         if incident.get("kind") == "hang":
             # The watcher stopped a hung run: the ranks' own errors are the teardown's; the culprit explains it.
             summary["failure"] = _hang_failure(incident, plan)
-        elif incident.get("kind") in ("timeout", "cancelled"):
-            # Slurm stopped the job (its --time, or an scancel outside stop.yml): the ranks' errors are the
-            # teardown's, not a crash.
+        elif incident.get("kind") in ("timeout", "cancelled", "node_fail"):
+            # Slurm stopped the job (its --time, an scancel outside stop.yml, a node it lost): the ranks' errors
+            # are the teardown's, not a crash.
             summary["failure"] = {
                 "kind": incident["kind"],
-                "node": None,
+                "node": incident.get("node"),
                 "rank": None,
                 "local_rank": None,
                 "message": incident.get("reason"),

@@ -155,6 +155,9 @@ def batch_options(plan: Mapping[str, Any], slurm: Mapping[str, Any], gres_gpu: b
         f"--nodes={slurm['nodes']}",
         "--ntasks-per-node=1",
         "--exclusive",
+        # a job Slurm requeues (after NODE_FAIL, by default) would start the run again with no train.yml watching
+        # it: train.yml decides about new attempts
+        "--no-requeue",
         f"--output={slurm['output_dir']}/mtt-{plan['exp_name']}-{plan['run_id']}-%j.out",
         f"--comment={job_comment(plan)}",
     ]
@@ -228,7 +231,11 @@ def accounting_text(record: Mapping[str, str]) -> str:
 
 
 def outcome_with_job(
-    outcome: Mapping[str, Any], record: Mapping[str, str] | None, job_id: str, cancelled_here: bool = False
+    outcome: Mapping[str, Any],
+    record: Mapping[str, str] | None,
+    job_id: str,
+    cancelled_here: bool = False,
+    lost_nodes: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The run's outcome with Slurm's account of the job as one more input.
 
@@ -236,7 +243,8 @@ def outcome_with_job(
     reached its ``--time`` (TIMEOUT: the ranks were stopped by Slurm, not crashed), was cancelled outside
     stop.yml (CANCELLED), lost a node (NODE_FAIL) or was killed for host memory (OUT_OF_MEMORY).
     ``cancelled_here``: train.yml cancelled the job itself after the run had ended (a job that outlived its run,
-    e.g. waiting for a lost node), so CANCELLED says nothing about the run."""
+    e.g. waiting for a lost node), so CANCELLED says nothing about the run. ``lost_nodes``: the job's nodes Slurm
+    marks unresponsive (inventory name -> Slurm's state and reason), the one named after NODE_FAIL."""
     out = dict(outcome)
     if record is None:
         out["slurm"] = {"job_id": str(job_id), "state": "UNKNOWN", "text": f"Slurm job {job_id}: sacct has no record"}
@@ -260,14 +268,19 @@ def outcome_with_job(
             reason=f"{text}: the job was cancelled in Slurm (scancel, an administrator or preemption), not by "
             "stop.yml; its ranks were stopped, not crashed",
         )
+    elif state == "NODE_FAIL" and outcome.get("kind") == "lost":
+        out.update(state="failed", reason=f"{outcome.get('reason')}; {text}")
     elif state == "NODE_FAIL":
-        node = outcome.get("node") if outcome.get("kind") == "lost" else None
+        # Slurm lost a node (its slurmd stopped answering) and ended the job: the ranks elsewhere were stopped
+        # by Slurm, and their errors are the consequence. Name the node Slurm marks unresponsive.
+        node, why = next(iter((lost_nodes or {}).items()), (None, ""))
+        where = f"Slurm lost {node} ({why})" if node else "Slurm lost a node of the job"
         out.update(
             state="failed",
-            kind="lost",
+            kind="node_fail",
             node=node,
-            reason=f"{text}: Slurm lost a node of the job"
-            + (f" ({outcome.get('reason')})" if outcome.get("reason") else ""),
+            reason=f"{text}: {where} and ended the job; the ranks on the other nodes were stopped by Slurm, not "
+            "crashed. Check the node (slurmd, network), then run train.yml again: it resumes from the last checkpoint",
         )
     elif state in ("FAILED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED") and outcome.get("state") in (
         "failed",
@@ -303,6 +316,20 @@ def go_table(plan: Mapping[str, Any], slurm_name_of: Mapping[str, str]) -> str:
         f"{slurm_name_of.get(node['name'], node['name'])} {node['name']} {node['node_rank']}\n"
         for node in plan["nodes"]
     )
+
+
+def unresponsive_nodes(sinfo_text: str) -> dict[str, str]:
+    """Slurm nodes that are down, failing, drained or not responding (``*``), with Slurm's reason, from
+    ``sinfo --noheader --Node --format=%N|%T|%E`` (a node of two partitions shows twice)."""
+    found: dict[str, str] = {}
+    for line in sinfo_text.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) < 3:
+            continue
+        name, state, reason = (part.strip() for part in parts)
+        if state.endswith("*") or state.startswith(("down", "fail", "drain")):
+            found.setdefault(name, f"{state}: {reason}" if reason and reason != "none" else state)
+    return found
 
 
 def bundle_jobs(queue: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
