@@ -10,8 +10,10 @@ import time
 
 import pytest
 
+from testbed import clean_experiment as _clean
 from testbed import docker, heal_node2, in_container, playbook
 from testbed import latest_run as _latest_run
+from testbed import no_rank_left as _no_rank_left
 from testbed import train_in_background as _train_in_background
 from testbed import wait_for_iterations as _wait_for_iterations
 
@@ -21,11 +23,6 @@ SAVE_EVERY_5 = ("-e", json.dumps({"training": {"save_interval": 5}}))
 #: Long enough (about 10 s of iterations here) that the fault lands before the end, short enough to finish.
 ITERS = 400
 KILL_RANK_3 = "kill -9 $(pgrep -n -f 'python3 -u .*smoke_trai[n].py')"  # the newest rank on node2: global rank 3
-
-
-def _clean(exp: str) -> None:
-    for node in ("node1", "node2"):
-        in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
 
 
 def _wait_for_checkpoint(exp: str, iteration: int = 5, timeout: float = 180) -> None:
@@ -49,11 +46,6 @@ def _wait_for_attempt(exp: str, attempt: int, timeout: float = 240) -> None:
             return
         time.sleep(1)
     raise AssertionError(f"attempt {attempt} of {exp} did not start in time")
-
-
-def _no_rank_left() -> None:
-    for node in ("node1", "node2"):
-        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
 
 
 def test_a_rank_killed_mid_run_resumes_from_the_checkpoint_and_finishes(provisioned):

@@ -11,7 +11,9 @@ import time
 
 import pytest
 
+from testbed import clean_experiment as _clean
 from testbed import docker, in_container, latest_run, playbook, rank_pid, train_in_background, wait_for_iterations
+from testbed import no_rank_left as _no_rank_left
 
 pytestmark = pytest.mark.testbed
 SLURM = ("-e", "launcher=slurm", "-e", "progress_interval=2")
@@ -32,17 +34,6 @@ def _job_id(output: str) -> str:
     found = re.findall(r"node1: job (\d+) ", output)
     assert found, output[-4000:]
     return found[-1]
-
-
-def _clean(exp: str) -> None:
-    """No run of ``exp`` left in the containers from an earlier session (the log globs would find it)."""
-    for node in ("node1", "node2"):
-        in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
-
-
-def _no_rank_left() -> None:
-    for node in ("node1", "node2"):
-        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
 
 
 def _bundle_jobs() -> str:

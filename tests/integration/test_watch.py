@@ -24,6 +24,8 @@ from testbed import (
     train_in_background,
     wait_for_iterations,
 )
+from testbed import clean_experiment as _clean
+from testbed import no_rank_left as _no_rank_left
 
 pytestmark = pytest.mark.testbed
 
@@ -39,16 +41,6 @@ def provisioned(testbed):
     yield
     stop = playbook("stop.yml")  # and none is left to the next module
     assert stop.returncode == 0, stop.stdout[-3000:]
-
-
-def _clean(exp: str) -> None:
-    for node in ("node1", "node2"):
-        in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
-
-
-def _no_rank_left() -> None:
-    for node in ("node1", "node2"):
-        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
 
 
 def _evidence(run_dir: Path) -> dict[int, str]:

@@ -57,6 +57,18 @@ def in_container(node: str, command: str, container: str = "train", check: bool 
     return docker("exec", NODE_CONTAINERS[node], "docker", "exec", container, "sh", "-c", command, check=check)
 
 
+def clean_experiment(exp: str) -> None:
+    """No run or checkpoint of ``exp`` left in the containers from an earlier test (the log globs would find it)."""
+    for node in ("node1", "node2"):
+        in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
+
+
+def no_rank_left() -> None:
+    """No rank of the smoke job runs in either training container."""
+    for node in ("node1", "node2"):
+        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
+
+
 #: A small, quick run of the smoke job: 2 nodes x 2 ranks, tp=1 pp=1 dp=4, gbs 8, seq 128.
 SMALL = ("-e", "model=tiny", "-e", "seq_length=128", "-e", "num_microbatches=2", "-e", "progress_interval=2")
 
