@@ -80,7 +80,7 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
     if not login_hosts:
         problems.append(
             "-e launcher=slurm needs a slurm_login group in the inventory: the node(s) where sbatch, squeue, sacct "
-            "and scancel run (docs/slurm.md)"
+            "and scancel run"
         )
     nodes = raw.get("slurm_nodes")
     if nodes in (None, ""):
