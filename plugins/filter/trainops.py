@@ -41,16 +41,6 @@ def inventory_nodes(
     return nodes
 
 
-def inventory_problems(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every problem of the node list (empty when it is valid)."""
-    cluster_module = _core("cluster")
-    try:
-        cluster_module.cluster_from_hosts(nodes)
-    except _core("errors").PlanError as exc:
-        return exc.problems
-    return []
-
-
 def cluster(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The cluster in rank order: ``{"master": name, "master_addr", "nodes": [{name, addr, slots, node_rank}]}``."""
     cluster_module = _core("cluster")
@@ -86,6 +76,11 @@ def sizes_by_node(nodes: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any
     return {node["name"]: node.get(key) for node in nodes}
 
 
+def one_line(value: Any) -> str:
+    """``value`` on one line (control characters as escapes): for comments and labels in rendered scripts."""
+    return _core("options").one_line(value)
+
+
 def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
     """Quote an argument vector for bash, one ``--flag value...`` group per continued line (trainops.shell)."""
     return _core("shell").shell_arg_lines(args, indent)
@@ -98,15 +93,6 @@ def plan_with_resume(plan: Mapping[str, Any], tracker: str | None, moved_to: str
         raise AnsibleFilterError(f"latest_checkpointed_iteration.txt holds {text!r}, not an iteration")
     iteration = int(text) if text and text != "release" else (0 if text == "release" else None)
     return _core("plan").with_resume(plan, iteration, moved_to or None)
-
-
-def watch_problems(raw: Mapping[str, Any]) -> list[str]:
-    """Every problem of the watcher's options (trainops.watch.watch_options), empty when they are good."""
-    try:
-        _core("watch").watch_options(raw)
-    except _core("errors").PlanError as exc:
-        return exc.problems
-    return []
 
 
 def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,10 +176,6 @@ def status_text(probes: Sequence[Mapping[str, Any]]) -> str:
     return _core("outcome").status_text(runs)
 
 
-def data_problems(options: Mapping[str, Any]) -> list[str]:
-    return _core("data_request").problems(options)
-
-
 def provision_rows(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return _core("provision_report").provision_rows(nodes)
 
@@ -249,16 +231,6 @@ def _tracker_iteration(text: Any) -> int | None:
 
 def _slurm_raw(raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
     return dict(raw), list(raw.get("inventory_nodes") or []), list(raw.get("login_hosts") or [])
-
-
-def slurm_problems(raw: Mapping[str, Any]) -> list[str]:
-    """Every problem of the launcher's options (trainops.slurm.settings), empty when they are good."""
-    options, nodes, login = _slurm_raw(raw)
-    try:
-        _core("slurm").settings(options, nodes, login)
-    except _core("errors").PlanError as exc:
-        return exc.problems
-    return []
 
 
 def slurm_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -333,7 +305,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "trainops_inventory_nodes": inventory_nodes,
-            "trainops_inventory_problems": inventory_problems,
             "trainops_cluster": cluster,
             "trainops_backend_profile": backend_profile,
             "trainops_node_facts": node_facts,
@@ -343,7 +314,6 @@ class FilterModule:
             "trainops_stop_lines": stop_lines,
             "trainops_silent_nodes_text": silent_nodes_text,
             "trainops_status_text": status_text,
-            "trainops_data_problems": data_problems,
             "trainops_provision_rows": provision_rows,
             "trainops_collective_reusable": collective_reusable,
             "trainops_dataset_size_mismatch": dataset_size_mismatch,
@@ -352,11 +322,10 @@ class FilterModule:
             "trainops_lost_nodes": lost_nodes,
             "trainops_replan_note": replan_note,
             "trainops_shell_arg_lines": shell_arg_lines,
+            "trainops_one_line": one_line,
             "trainops_plan_with_resume": plan_with_resume,
             "trainops_watch_options": watch_options,
-            "trainops_watch_problems": watch_problems,
             "trainops_controller_path": controller_path,
-            "trainops_slurm_problems": slurm_problems,
             "trainops_slurm_settings": slurm_settings,
             "trainops_slurm_names": slurm_names,
             "trainops_slurm_batch_options": slurm_batch_options,

@@ -216,13 +216,15 @@ def test_watch_options_accept_and_convert():
     [
         ({"hang_timeout": ""}, "-e hang_timeout= is empty"),
         ({"hang_timeout": "soon"}, "-e hang_timeout='soon' is not a number"),
-        ({"hang_timeout": "0"}, "must be above 0"),
+        ({"hang_timeout": "0"}, "must be a number > 0 or auto"),
         ({"hang_timeout": "2"}, "shorter than poll_interval"),
         ({"on_hang": "kill"}, "-e on_hang='kill' must be one of stop, warn"),
-        ({"straggler_ratio": "1"}, "-e straggler_ratio='1' must be above 1"),
+        ({"straggler_ratio": "1"}, "-e straggler_ratio='1' must be a number > 1"),
         ({"wait": "maybe"}, "-e wait='maybe' must be true or false"),
-        ({"poll_interval": "0.5"}, "-e poll_interval='0.5' must be at least 1"),
-        ({"train_wait": "-1"}, "-e train_wait='-1' must be at least 0"),
+        ({"poll_interval": "0.5"}, "-e poll_interval='0.5' must be a number >= 1"),
+        ({"train_wait": "-1"}, "-e train_wait='-1' must be a number >= 0"),
+        ({"train_wait": "inf"}, "-e train_wait='inf' is not a finite number"),
+        ({"max_restarts": "²"}, "-e max_restarts='²' is not an integer"),
     ],
 )
 def test_watch_options_refuse_naming_the_option(raw, words):

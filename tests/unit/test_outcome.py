@@ -111,12 +111,16 @@ GOOD = {"input": "/d/raw.jsonl", "output_prefix": "/d/ds/x", "tokenizer": "/d/to
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        ({"input": ""}, "-e input=... is required"),
-        ({"tokenizer": "tok"}, "tokenizer=tok must be an absolute path inside the container"),
-        ({"workers": "-1"}, "workers=-1 must be a whole number >= 0"),
-        ({"max_bad_lines": "x"}, "max_bad_lines=x must be a whole number >= 0"),
-        ({"output_prefix": "/d/x.idx"}, "output_prefix=/d/x.idx must not end in .bin/.idx (they are added)"),
-        ({"json_key": ""}, "json_key must not be empty"),
+        ({"input": None}, "-e input=... is required: Raw JSONL inside the training container."),
+        ({"input": ""}, "-e input= is empty: give an absolute path inside the containers, or leave input out"),
+        (
+            {"tokenizer": "tok"},
+            "-e tokenizer='tok' must be an absolute path inside the containers (it starts with '/')",
+        ),
+        ({"workers": "-1"}, "-e workers='-1' must be a whole number >= 0"),
+        ({"max_bad_lines": "x"}, "-e max_bad_lines='x' is not an integer; give a whole number >= 0"),
+        ({"output_prefix": "/d/x.idx"}, "-e output_prefix='/d/x.idx' must not end in .bin/.idx (they are added)"),
+        ({"json_key": ""}, "-e json_key= is empty: give a value, or leave json_key out for its default 'text'"),
     ],
 )
 def test_a_bad_data_request_is_named(change, problem):

@@ -62,7 +62,7 @@ def test_master_flag_moves_the_master_first():
 @pytest.mark.parametrize(
     ("hosts", "needle"),
     [
-        ([dict(HOSTS[0], slots=17)], "slots must be an integer 1..16"),
+        ([dict(HOSTS[0], slots=17)], "slots=17 must be a whole number >= 1 and <= 16"),
         ([dict(HOSTS[0], accelerator="rocm")], "accelerator 'rocm' is unknown"),
         ([dict(HOSTS[0], master=True), dict(HOSTS[1], master=True)], "more than one node sets master"),
         ([HOSTS[0], dict(HOSTS[1], ansible_host="10.0.0.1")], "share the address 10.0.0.1"),
@@ -78,7 +78,7 @@ def test_inventory_and_layout_problems_come_together():
     with pytest.raises(PlanError) as info:
         plan(hosts=[dict(HOSTS[0], slots="many")], layout={"tp": "x", "precision": "fp4"})
     text = str(info.value)
-    assert "slots must be an integer" in text and "tp must be an integer" in text
+    assert "slots='many' is not an integer" in text and "tp must be an integer" in text
 
 
 def test_layout_that_does_not_fit_is_refused_with_alternatives():
@@ -108,7 +108,13 @@ def test_recommendations_ranked_and_explained():
     assert all(r["global_batch_size"] == 1024 for r in rows)
     # the example cluster's S5000 has no stated FP8 peak: the ranking says which rate it assumed
     assert p["recommendation_table"][0].startswith("note: ranked as if each card had the H100's dense FP8 peak")
-    assert p["recommendation_table"][1].lstrip().startswith("#")
+    assert p["recommendation_table"][1] == "ranked at global batch 1024 (the plan's; -e gbs=N ranks at another)"
+    assert p["recommendation_table"][2].lstrip().startswith("#")
+    # the requested layout is marked and its own rank said
+    assert p["recommendation_table"][-1].startswith(
+        "* the requested layout (tp=1 pp=2 cp=1 micro_batch_size=1) ranks #"
+    )
+    assert sum(line.startswith("*") for line in p["recommendation_table"]) in (1, 2)
 
 
 def test_recommend_prefers_tp_inside_a_node(llama70b):

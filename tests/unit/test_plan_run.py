@@ -33,13 +33,16 @@ def plan(hosts=CPU_HOSTS, **kwargs):
     return make_plan(model=load_preset("tiny"), hosts=hosts, work_home="/data/mtt-train-ops", **kwargs)
 
 
-@pytest.mark.parametrize("name", ["", " ", ".", "..", "a/b", "/", "a\0b", "a\nb", "a\rb", 5])
+@pytest.mark.parametrize(
+    "name",
+    ["", " ", ".", "..", "a/b", "/", "a\0b", "a\nb", "a\rb", "my run", ODD_EXP, ".hidden", "\u00fcmlaut", "x" * 101],
+)
 def test_exp_names_refused(name):
     problems = exp_name_problems(name)
-    assert len(problems) == 1 and problems[0].startswith("exp ")
+    assert len(problems) == 1 and problems[0].startswith("-e exp="), problems
 
 
-@pytest.mark.parametrize("name", [None, "kill-a-rank", "my run", ODD_EXP, "...", ".hidden", "ümlaut"])
+@pytest.mark.parametrize("name", [None, "kill-a-rank", "run+lr=3e-4@v2", "a.b_c", "5", "x" * 100])
 def test_exp_names_accepted(name):
     assert exp_name_problems(name) == []
 
@@ -48,16 +51,23 @@ def test_make_plan_refuses_a_bad_exp_name_with_the_other_problems():
     with pytest.raises(PlanError) as caught:
         plan(exp_name="a/b", layout=dict(LAYOUT, tp="x"))
     text = str(caught.value)
-    assert "must not contain '/'" in text and "tp must be an integer" in text
+    assert "-e exp='a/b' must be one directory name" in text and "tp must be an integer" in text
+
+
+def test_make_plan_refuses_a_run_id_that_is_not_one_safe_name():
+    for run_id in ("r1\ntouch /tmp/PWNED #", "../../../x", "a b"):
+        with pytest.raises(PlanError, match="-e run_id="):
+            plan(run_id=run_id)
 
 
 def test_exp_name_names_the_run_and_checkpoint_dirs():
-    p = plan(exp_name=ODD_EXP)
-    assert p["exp_name"] == ODD_EXP
-    assert p["run_dir"] == f"/data/mtt-train-ops/runs/{ODD_EXP}/20261130-060020"
-    assert p["checkpoint_dir"] == f"/data/mtt-train-ops/checkpoints/{ODD_EXP}"
+    name = "run+lr=3e-4@v2"
+    p = plan(exp_name=name)
+    assert p["exp_name"] == name
+    assert p["run_dir"] == f"/data/mtt-train-ops/runs/{name}/20261130-060020"
+    assert p["checkpoint_dir"] == f"/data/mtt-train-ops/checkpoints/{name}"
     assert p["tensorboard_dir"] == f"{p['run_dir']}/tensorboard"
-    assert f"experiment   {ODD_EXP}  (model tiny" in p["summary"][0]
+    assert f"experiment   {name}  (model tiny" in p["summary"][0]
     default = plan()
     assert default["exp_name"] == "tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4"
     assert default["run_dir"] == "/data/mtt-train-ops/runs/tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4/20261130-060020"
@@ -96,7 +106,7 @@ def test_the_peak_follows_the_runs_precision():
 
 
 def test_smoke_args_carry_the_plan():
-    p = plan(hosts=MUSA_HOSTS, smoke=True, exp_name="smoke test", training={"save_interval": 5})
+    p = plan(hosts=MUSA_HOSTS, smoke=True, exp_name="smoke-test", training={"save_interval": 5})
     args = p["smoke_args"]
     pairs = dict(zip(args[::2], args[1::2], strict=True))
     assert len(pairs) * 2 == len(args)
@@ -109,8 +119,8 @@ def test_smoke_args_carry_the_plan():
         "--global-batch-size": "8",
         "--seq-length": "256",
         "--data-path": p["data_path"],
-        "--save": "/data/mtt-train-ops/checkpoints/smoke test",
-        "--load": "/data/mtt-train-ops/checkpoints/smoke test",
+        "--save": "/data/mtt-train-ops/checkpoints/smoke-test",
+        "--load": "/data/mtt-train-ops/checkpoints/smoke-test",
         "--save-interval": "5",
         "--distributed-timeout-minutes": "10",
     }

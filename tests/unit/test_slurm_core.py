@@ -5,6 +5,7 @@ turned into the queue lines and the run's outcome."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -267,6 +268,13 @@ def test_the_batch_script_is_valid_bash_and_its_node_task_refuses_a_missing_go_f
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
     task = text.split("<<'TASK'\n", 1)[1].split("\nTASK\n", 1)[0]
+    # what srun exports to each task: the batch script's own MTT_SLURM_* variables
+    exported = dict(
+        shlex.split(line[len("export ") :])[0].split("=", 1)
+        for line in text.splitlines()
+        if line.startswith("export MTT_SLURM_")
+    )
+    assert set(exported) == {"MTT_SLURM_CONTAINER", "MTT_SLURM_RUN_DIR", "MTT_SLURM_WORK_HOME"}
     # the node task, run as srun would on a node without the container: a docker that always fails
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -274,7 +282,7 @@ def test_the_batch_script_is_valid_bash_and_its_node_task_refuses_a_missing_go_f
     (fake / "docker").chmod(0o755)
     done = subprocess.run(
         ["bash", "-c", task],
-        env={"PATH": f"{fake}:/usr/bin:/bin", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "1"},
+        env={"PATH": f"{fake}:/usr/bin:/bin", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "1", **exported},
         capture_output=True,
         text=True,
         timeout=30,

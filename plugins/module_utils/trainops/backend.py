@@ -38,6 +38,31 @@ def names(backends_dir: str) -> list[str]:
     return sorted(f[: -len(".yml")] for f in os.listdir(backends_dir) if f.endswith(".yml"))
 
 
+#: Variables the launch sets itself (launch.sh.j2, torchrun): a site's backend_env may not set them, since the launch
+#: would silently override them. The profile's own ``visible_devices_env`` is added per profile.
+LAUNCH_SETS = (
+    "PYTHONPATH", "MTT_TRAIN_OPS_RUN", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
+    "LOCAL_WORLD_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+)  # fmt: skip
+
+
+def launch_set_problems(profile: Mapping[str, Any], site_env: Any) -> list[str]:
+    """A ``backend_env`` name that the launch sets itself (it would be overridden): refused, naming who sets it."""
+    if not isinstance(site_env, Mapping):
+        return []
+    own = {name: "launch.sh" for name in LAUNCH_SETS}
+    if profile.get("visible_devices_env"):
+        own[str(profile["visible_devices_env"])] = (
+            f"the {profile.get('name')} profile's visible_devices_env (one per slot)"
+        )
+    return [
+        f"backend_env sets {key}, which {own[key]} sets itself for every launch (the site's value would be "
+        "overridden): remove it from backend_env; set slots to change the cards a node uses"
+        for key in site_env
+        if key in own
+    ]
+
+
 def env_problems(site_env: Any) -> list[str]:
     """Problems of the inventory's ``backend_env`` (names of environment variables to strings or numbers)."""
     bad = (
@@ -71,6 +96,7 @@ def load_profile(backends_dir: str, accelerator: str, site_env: Any = None) -> d
     missing = [key for key in REQUIRED_KEYS if key not in profile]
     problems = [f"{path} lacks {', '.join(missing)}"] if missing else []
     problems += env_problems({} if site_env is None else site_env)
+    problems += launch_set_problems(profile, site_env)
     if problems:
         raise PlanError(problems)
     env = {**(profile.get("launch_env") or {}), **{k: str(v) for k, v in (site_env or {}).items()}}

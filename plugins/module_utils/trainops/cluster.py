@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import PlanError
+from .options import OptionError, convert
 
 ACCELERATORS = ("musa", "cuda", "cpu")
 
@@ -138,16 +139,6 @@ def address_problem(name: str, key: str, addr: str) -> str | None:
     return f"node {name}: {key} {addr!r} is neither an IP address nor a valid host name"
 
 
-def _positive_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return None
-
-
 def cluster_from_hosts(
     hosts: Sequence[Mapping[str, Any]],
     accelerator_memory_gib: float | None = None,
@@ -168,18 +159,21 @@ def cluster_from_hosts(
         if problem := name_problem(name):
             problems.append(problem)
         for key in ("ansible_host", "node_addr"):
-            if key in host and (problem := address_problem(name, key, str(host[key]).strip())):
+            if key in host and (problem := address_problem(name, key, str(host[key]))):
                 problems.append(problem)
-        slots = _positive_int(host.get("slots", 8))
-        if slots is None or not 1 <= slots <= 16:
-            problems.append(f"node {name}: slots must be an integer 1..16, got {host.get('slots')!r}")
+        try:
+            slots = convert("slots", host.get("slots", 8), f"node {name}")
+        except OptionError as exc:
+            problems.append(str(exc))
             slots = 1
         accel = host.get("accelerator", "musa")
         if accel not in ACCELERATORS:
             problems.append(f"node {name}: accelerator {accel!r} is unknown; use one of {', '.join(ACCELERATORS)}")
-        master = host.get("master", False)
-        if not isinstance(master, bool):
-            problems.append(f"node {name}: master must be true or false, got {master!r}")
+        try:
+            master = convert("master", host.get("master", False), f"node {name}")
+        except OptionError as exc:
+            problems.append(str(exc))
+            master = False
         parsed.append((name, str(addr), slots, accel, master is True, host.get("accelerator_card")))
 
     masters = [p[0] for p in parsed if p[4]]

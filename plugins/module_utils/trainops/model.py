@@ -7,8 +7,9 @@ all problems at once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from .errors import PlanError
@@ -56,35 +57,73 @@ class ModelSpec:
         return self.kv_channels or self.hidden_size // self.num_attention_heads
 
 
-_INT_FIELDS = (
-    "num_layers",
-    "hidden_size",
-    "ffn_hidden_size",
-    "num_attention_heads",
-    "vocab_size",
-    "max_position_embeddings",
-)
 _NORMALIZATIONS = ("RMSNorm", "LayerNorm")
 _POSITION_TYPES = ("rope", "learned_absolute", "none")
+_TOKENIZER_TYPES = ("TikTokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer", "NullTokenizer")
+#: Each preset key's rule: (type, least value or choices). 0 for num_query_groups and kv_channels: "as the heads".
+RULES: dict[str, tuple[type, Any]] = {
+    "name": (str, None),
+    "num_layers": (int, 1),
+    "hidden_size": (int, 1),
+    "ffn_hidden_size": (int, 1),
+    "num_attention_heads": (int, 1),
+    "vocab_size": (int, 1),
+    "num_query_groups": (int, 0),
+    "kv_channels": (int, 0),
+    "max_position_embeddings": (int, 1),
+    "swiglu": (bool, None),
+    "normalization": (str, _NORMALIZATIONS),
+    "norm_epsilon": (float, 0.0),
+    "untie_embeddings_and_output_weights": (bool, None),
+    "position_embedding_type": (str, _POSITION_TYPES),
+    "rotary_base": (int, 1),
+    "add_bias_linear": (bool, None),
+    "init_method_std": (float, 0.0),
+    "tokenizer_type": (str, _TOKENIZER_TYPES),
+    "tokenizer_options": (dict, None),
+    "description": (str, None),
+}
+
+
+def key_problem(name: Any, key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be preset key ``key``, or None."""
+    kind, rule = RULES[key]
+    where = f"model {name!r}: {key!r}"
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < rule:
+            return f"{where} must be an integer >= {rule}, got {value!r}"
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= rule:
+            return f"{where} must be a finite number > {rule:g}, got {value!r}"
+    elif kind is bool:
+        if not isinstance(value, bool):
+            return f"{where} must be true or false, got {value!r}"
+    elif kind is dict:
+        if not isinstance(value, Mapping):
+            return f"{where} must be a mapping, got {value!r}"
+    elif not isinstance(value, str) or (key == "name" and not value.strip()):
+        return f"{where} must be a non-empty string, got {value!r}" if key == "name" else f"{where} must be a string"
+    elif rule and value not in rule:
+        return f"{where} must be one of {', '.join(rule)}, got {value!r}"
+    return None
 
 
 def model_from_dict(data: Mapping[str, Any]) -> ModelSpec:
-    """Validate a preset mapping and build a :class:`ModelSpec`.
+    """Validate a preset mapping key by key and build a :class:`ModelSpec`.
 
     Raises :class:`PlanError` listing every problem found.
     """
     problems: list[str] = []
+    if not isinstance(data, Mapping):
+        raise PlanError([f"a model preset is a mapping of keys, got {type(data).__name__}"])
     known = {f.name for f in fields(ModelSpec)}
     unknown = sorted(set(data) - known)
     if unknown:
         problems.append(f"model preset has unknown keys {unknown}; known keys: {sorted(known)}")
     name = data.get("name")
-    if not isinstance(name, str) or not name:
-        problems.append("model preset needs a 'name' (string)")
-    for key in _INT_FIELDS:
-        value = data.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            problems.append(f"model {name!r}: '{key}' must be a positive integer, got {value!r}")
+    required = [f.name for f in fields(ModelSpec) if f.default is MISSING and f.default_factory is MISSING]
+    problems += [f"model {name!r}: {key!r} is required" for key in required if key not in data]
+    problems += [p for key in sorted(set(data) & known) if (p := key_problem(name, key, data[key]))]
     if problems:
         raise PlanError(problems)
     spec = ModelSpec(**{k: v for k, v in data.items() if k in known})
@@ -98,10 +137,6 @@ def model_from_dict(data: Mapping[str, Any]) -> ModelSpec:
             f"model {spec.name!r}: {spec.num_attention_heads} heads are not divisible by "
             f"{spec.query_groups} query groups"
         )
-    if spec.normalization not in _NORMALIZATIONS:
-        problems.append(f"model {spec.name!r}: normalization must be one of {_NORMALIZATIONS}")
-    if spec.position_embedding_type not in _POSITION_TYPES:
-        problems.append(f"model {spec.name!r}: position_embedding_type must be one of {_POSITION_TYPES}")
     if problems:
         raise PlanError(problems)
     return spec

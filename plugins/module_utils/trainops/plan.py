@@ -21,6 +21,7 @@ from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_score
 from .megatron_args import MOCK_DATA, RunPaths, TrainingConfig, build_megatron_args, check_training
 from .memory import GIB, megatron_theoretical
 from .model import ModelSpec, model_from_dict
+from .options import OptionError, convert
 from .plan_request import FLOPS_CONVENTIONS, PlanRequest, coerce
 from .recommend import describe, layout_stage_memory, memory_limit_gib, recommend
 from .tokenizer import TYPES as TOKENIZER_TYPES
@@ -51,12 +52,19 @@ def resolve_tokenizer(explicit: str | None, path: str, model: ModelSpec) -> tupl
         if explicit not in TOKENIZER_TYPES:
             raise PlanError([f"tokenizer_type {explicit!r} is unknown; use one of {', '.join(TOKENIZER_TYPES)}"])
         return explicit, path, "given"
-    if os.path.exists(path):
+    # Only a regular file or a directory is read (a FIFO or a device would block or mean nothing).
+    if os.path.isfile(path) or os.path.isdir(path):
         try:
             kind, model_path, note = megatron_tokenizer(path)
         except (TokenizerFormatError, OSError) as exc:
-            raise PlanError([f"tokenizer: {exc}"]) from None
-        return kind, model_path, f"detected: {note}"
+            raise PlanError(
+                [
+                    f"-e tokenizer_path={path!r}: the controller has this path, and it was read there to detect "
+                    f"the tokenizer: {exc}; give -e tokenizer_type=... to skip the detection (the path is used "
+                    "inside the containers)"
+                ]
+            ) from None
+        return kind, model_path, f"detected from the controller's copy at {path}: {note}"
     return model.tokenizer_type, path, f"from model preset {model.name} (not on the controller, not checked)"
 
 
@@ -136,7 +144,9 @@ def make_plan(request: PlanRequest | None = None, /, **options: Any) -> dict[str
     if recommendations is not None:
         plan["recommendations"] = recommendations
         _, assumed = checked.cluster.cost_model_tflops(checked.layout_request.precision)
-        plan["recommendation_table"] = ([f"note: {assumed}"] if assumed else []) + recommendation_lines(recommendations)
+        plan["recommendation_table"] = ([f"note: {assumed}"] if assumed else []) + recommendation_lines(
+            recommendations, requested=plan
+        )
     return plan
 
 
@@ -163,6 +173,7 @@ def _checked(r: PlanRequest) -> _Checked:
         if value is not None and value <= 0:
             problems.append(f"-e {key}={value:g} must be a positive number")
     problems += exp_name_problems(r.exp_name)
+    problems += _option_problems({"run_id": r.run_id})
     problems += path_problems({"work_home": r.work_home, "data_path": r.data_path, "tokenizer_path": r.tokenizer_path})
     spec = cluster = None
     try:
@@ -285,6 +296,7 @@ def _plan_mapping(
         "micro_batch_size": lay.micro_batch_size,
         "num_microbatches": lay.num_microbatches,
         "global_batch_size": lay.global_batch_size,
+        "global_batch_source": _batch_source(request, lay),
         "seq_length": lay.seq_length,
         "train_iters": request.train_iters,
         "precision": request.precision,
@@ -346,41 +358,25 @@ def _plan_mapping(
     return plan
 
 
-#: Linux's limits: a path, and one of its components.
-PATH_MAX, NAME_MAX = 4096, 255
-
-
 def path_problems(paths: Mapping[str, Any]) -> list[str]:
-    """Paths inside the containers: absolute (the containers have no notion of the controller's directory),
-    within the file system's lengths. ``data_path=mock`` is Megatron's mock data, not a path."""
-    problems = []
-    for key, value in paths.items():
-        text = "" if value is None else str(value)
-        if key == "data_path" and text == MOCK_DATA:
-            continue
-        if not text.strip():
-            problems.append(f"-e {key}= is empty: give an absolute path inside the containers")
-        elif not text.startswith("/"):
-            problems.append(f"-e {key}={text!r} must be an absolute path inside the containers (it starts with '/')")
-        elif len(text.encode()) > PATH_MAX or any(len(part.encode()) > NAME_MAX for part in text.split("/")):
-            problems.append(
-                f"-e {key}: the path is longer than the file system allows ({PATH_MAX} bytes, {NAME_MAX} per component)"
-            )
-        elif "\n" in text or "\0" in text:
-            problems.append(f"-e {key} must not contain a newline or NUL")
-    return problems
+    """Paths inside the containers (:data:`.options.OPTIONS`' rule: absolute, one line, within Linux's lengths;
+    ``data_path=mock`` is Megatron's mock data, not a path)."""
+    return _option_problems(paths)
 
 
 def exp_name_problems(name: str | None) -> list[str]:
-    """An experiment name becomes one directory level on every node: anything else is allowed (it is quoted)."""
-    if name is None:
-        return []
-    if not isinstance(name, str) or not name.strip() or name in (".", ".."):
-        return [f"exp must be a non-empty directory name, got {name!r}"]
-    bad = [c for c in ("/", "\0", "\n", "\r") if c in name]
-    if bad:
-        return [f"exp {name!r} must not contain {', '.join(repr(c) for c in bad)} (it is one directory level)"]
-    return []
+    """An experiment name becomes one directory level on every node and appears in every script."""
+    return [] if name is None else _option_problems({"exp": name})
+
+
+def _option_problems(values: Mapping[str, Any]) -> list[str]:
+    problems = []
+    for key, value in values.items():
+        try:
+            convert(key, value)
+        except OptionError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def smoke_args(lay: Layout, train_iters: int, paths: RunPaths, training: TrainingConfig) -> list[str]:
@@ -470,6 +466,7 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         f"sequence-parallel={'on' if plan['sequence_parallel'] else 'off'}",
         f"batch        mbs={plan['micro_batch_size']} x micro-batches={plan['num_microbatches']} x dp={plan['dp']} "
         f"= gbs {plan['global_batch_size']}; seq {plan['seq_length']}; {plan['train_iters']} iterations",
+        f"global batch {plan.get('global_batch_source', 'given')}",
         f"stages       layers per pipeline stage {_stage_text(plan)}",
         f"memory       {mem['total']:.1f} GiB per card on stage {mem['most_loaded_stage']} "
         f"(weights+optimizer {mem['weights_and_optimizer']:.1f} + activations {mem['activations']:.1f}) "
@@ -501,18 +498,51 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def recommendation_lines(rows: Sequence[Mapping[str, Any]], limit: int = 15) -> list[str]:
-    """The ranked table of layouts, best first."""
+def _batch_source(request: LayoutRequest, lay: Layout) -> str:
+    """Where the global batch came from: given, or derived (it then changes with the layout)."""
+    if request.gbs is not None:
+        return "given (-e gbs)"
+    how = f"-e num_microbatches={request.num_microbatches}" if request.num_microbatches else "the default 128"
+    return (
+        f"derived: {lay.num_microbatches} micro-batches ({how}) x mbs {lay.micro_batch_size} x dp {lay.dp}; it "
+        "changes with tp, pp and the node count (and so do the experiment name and its checkpoints): give -e gbs=N "
+        "to keep the training maths fixed across layouts"
+    )
+
+
+def _same_layout(row: Mapping[str, Any], plan: Mapping[str, Any]) -> bool:
+    return all(row.get(key) == plan.get(other) for key, other in _ROW_KEYS)
+
+
+_ROW_KEYS = (("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("vpp", "vpp"), ("mbs", "micro_batch_size"))
+
+
+def recommendation_lines(
+    rows: Sequence[Mapping[str, Any]], limit: int = 15, requested: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The ranked table of layouts, best first, at one global batch; ``requested`` (the plan) is marked ``*``
+    and its own rank is said when it is not in the first ``limit`` rows."""
+    gbs = rows[0]["global_batch_size"] if rows else None
     out = [
-        f"{'#':>3} {'tp':>3} {'pp':>3} {'vpp':>3} {'dp':>4} {'mbs':>3} {'mb':>5} {'GiB':>7} "
-        f"{'fits':>4} {'tok/s/card':>10}  where the time goes"
+        f"ranked at global batch {gbs} (the plan's; -e gbs=N ranks at another)",
+        f"{'#':>4} {'tp':>3} {'pp':>3} {'vpp':>3} {'dp':>4} {'mbs':>3} {'mb':>5} {'gbs':>6} {'GiB':>7} "
+        f"{'fits':>4} {'tok/s/card':>10}  where the time goes",
     ]
+    mine = next((row for row in rows if requested is not None and _same_layout(row, requested)), None)
     for row in rows[:limit]:
+        mark = "*" if row is mine else " "
         out.append(
-            f"{row['rank']:>3} {row['tp']:>3} {row['pp']:>3} {row['vpp'] or '-':>3} {row['dp']:>4} {row['mbs']:>3} "
-            f"{row['num_microbatches']:>5} {row['memory_gib']:>7.1f} {'yes' if row['fits'] else 'NO':>4} "
-            f"{row['tokens_per_s_per_card']:>10.0f}  {row['why']}"
+            f"{mark}{row['rank']:>3} {row['tp']:>3} {row['pp']:>3} {row['vpp'] or '-':>3} {row['dp']:>4} "
+            f"{row['mbs']:>3} {row['num_microbatches']:>5} {row['global_batch_size']:>6} {row['memory_gib']:>7.1f} "
+            f"{'yes' if row['fits'] else 'NO':>4} {row['tokens_per_s_per_card']:>10.0f}  {row['why']}"
         )
     if len(rows) > limit:
         out.append(f"... {len(rows) - limit} more in recommendations.json")
+    if requested is not None:
+        layout = " ".join(f"{other}={requested.get(other)}" for _, other in _ROW_KEYS if requested.get(other))
+        out.append(
+            f"* the requested layout ({layout}) ranks #{mine['rank']} of {len(rows)}"
+            if mine
+            else f"the requested layout ({layout}) is not among the {len(rows)} ranked"
+        )
     return out

@@ -7,102 +7,43 @@ refuses a bad one naming the option, the value and what is accepted, before any 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from .errors import PlanError
-from .straggler import DEFAULT_RATIO
+from .options import OPTIONS, OptionError, convert
 
-#: name -> (default, minimum, meaning) of the numeric options, in seconds unless said otherwise.
-_SECONDS = {
-    "train_wait": (86400.0, 0.0, "seconds to watch before returning while the run goes on"),
-    "poll_interval": (5.0, 1.0, "seconds between probes"),
-    "progress_interval": (30.0, 0.0, "seconds between progress lines"),
-    "start_timeout": (120.0, 1.0, "seconds a node may take to start its launch"),
-}
-ON_HANG = ("stop", "warn")
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-
-
-def _number(name: str, value: Any, minimum: float, problems: list[str], above: bool = False) -> float | None:
-    text = str(value).strip() if value is not None else ""
-    if isinstance(value, bool) or text == "":
-        problems.append(f"-e {name}= is empty or not a number ({value!r}): give a number, or leave it out")
-        return None
-    try:
-        number = float(text)
-    except ValueError:
-        problems.append(f"-e {name}={value!r} is not a number")
-        return None
-    if not math.isfinite(number) or (number <= minimum if above else number < minimum):
-        bound = f"above {minimum:g}" if above else f"at least {minimum:g}"
-        problems.append(f"-e {name}={value!r} must be {bound}")
-        return None
-    return number
-
-
-def _boolean(name: str, value: Any, problems: list[str]) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    problems.append(f"-e {name}={value!r} must be true or false")
-    return None
+#: The watcher's options (their types, ranges and defaults are :data:`.options.OPTIONS`').
+NAMES = (
+    "train_wait", "poll_interval", "progress_interval", "start_timeout", "wait", "fresh", "hang_timeout", "on_hang",
+    "straggler_ratio", "max_restarts", "elastic", "min_nodes",
+)  # fmt: skip
 
 
 def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Every option of the watcher, checked and converted; raises :class:`PlanError` listing each bad one.
 
-    ``hang_timeout``: ``auto`` (default: ``max(10 x p90 time between iteration lines, 300 s)``) or seconds > 0;
-    ``on_hang``: ``stop`` (default) or ``warn``; ``straggler_ratio``: > 1 (default 1.2); ``wait``: a boolean;
-    ``fresh``: a boolean; ``train_wait``, ``poll_interval``, ``progress_interval``, ``start_timeout``: seconds;
-    ``max_restarts``: a whole number >= 0 (default 0: a failed run is not launched again), which needs ``wait``;
-    ``elastic``: a boolean (re-plan on the nodes that remain at a restart; needs ``max_restarts``); ``min_nodes``:
-    the fewest nodes such a re-plan may use (>= 1).
+    Each value is judged by its entry in :data:`.options.OPTIONS` (a missing one takes its default; ``hang_timeout``
+    ``auto`` becomes None: ``max(10 x p90 time between iteration lines, 300 s)``). The rules between them:
+    ``hang_timeout`` at least ``poll_interval``; ``max_restarts`` needs ``wait``; ``elastic`` needs ``max_restarts``.
     """
     problems: list[str] = []
     out: dict[str, Any] = {}
-    for name, (default, minimum, _) in _SECONDS.items():
-        value = raw.get(name, default)
-        out[name] = _number(name, value, minimum, problems) if value is not None else default
-    out["wait"] = _boolean("wait", raw.get("wait", True), problems)
-    out["fresh"] = _boolean("fresh", raw.get("fresh", False), problems)
-    hang = raw.get("hang_timeout", "auto")
-    if isinstance(hang, str) and hang.strip().lower() == "auto":
+    for name in NAMES:
+        option = OPTIONS[name]
+        try:
+            out[name] = convert(option, raw.get(name, option.default))
+        except OptionError as exc:
+            problems.append(str(exc))
+            out[name] = None if name == "hang_timeout" else option.default
+    if out["hang_timeout"] == "auto":
         out["hang_timeout"] = None
-    else:
-        number = _number("hang_timeout", hang, 0.0, problems, above=True)
-        out["hang_timeout"] = number
-        if number is not None and "poll_interval" in out and out["poll_interval"] and number < out["poll_interval"]:
-            problems.append(
-                f"-e hang_timeout={hang!r} is shorter than poll_interval ({out['poll_interval']:g} s): "
-                "a hang could not be seen that fast"
-            )
-    on_hang = str(raw.get("on_hang", "stop")).strip().lower()
-    if on_hang not in ON_HANG:
-        problems.append(f"-e on_hang={raw.get('on_hang')!r} must be one of {', '.join(ON_HANG)}")
-    out["on_hang"] = on_hang
-    out["straggler_ratio"] = _number(
-        "straggler_ratio", raw.get("straggler_ratio", DEFAULT_RATIO), 1.0, problems, above=True
-    )
-    restarts = raw.get("max_restarts", 0)
-    text = str(restarts).strip()
-    if isinstance(restarts, bool) or not (text.isascii() and text.isdigit()):
-        problems.append(f"-e max_restarts={restarts!r} must be a whole number >= 0 (0: no restart)")
-        out["max_restarts"] = 0
-    else:
-        out["max_restarts"] = int(text)
-    out["elastic"] = _boolean("elastic", raw.get("elastic", False), problems)
-    nodes = raw.get("min_nodes", 1)
-    text = str(nodes).strip()
-    if isinstance(nodes, bool) or not (text.isascii() and text.isdigit() and int(text) >= 1):
-        problems.append(f"-e min_nodes={nodes!r} must be a whole number >= 1")
-        out["min_nodes"] = 1
-    else:
-        out["min_nodes"] = int(text)
+    hang, poll = out["hang_timeout"], out["poll_interval"]
+    if hang is not None and poll and hang < poll:
+        problems.append(
+            f"-e hang_timeout={raw.get('hang_timeout')!r} is shorter than poll_interval ({poll:g} s): "
+            "a hang could not be seen that fast"
+        )
     if out["elastic"] and not out["max_restarts"]:
         problems.append("-e elastic=true re-plans at a restart: give -e max_restarts=N (N >= 1) too")
     if out["max_restarts"] and out["wait"] is False:

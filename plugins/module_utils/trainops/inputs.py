@@ -1,0 +1,256 @@
+"""The first check of every playbook: every input it reads, judged on the controller before any node.
+
+:func:`check` takes what the user gave (the ``-e`` options, the inventory's groups and hosts, the model preset)
+and returns every problem at once, each naming the option as the user wrote it, its value and the fix, and the
+warnings (an option this playbook ignores, an unknown one with ``allow_unknown``). It writes nothing. The rules
+of single values are :mod:`.options`'; the rules between values are those of their own modules (the watcher's,
+the launcher's, data.yml's, the cluster's), run here on the converted values.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import options as schema
+from .backend import load_profile
+from .cluster import cluster_from_hosts
+from .data_request import problems as data_problems
+from .errors import PlanError
+from .model import model_from_dict
+from .slurm import settings as slurm_settings
+from .watch import watch_options
+
+#: The files a plan directory holds (roles/render): plan.yml removes an earlier plan's before writing its own.
+PLAN_FILES = ("plan.json", "recommendations.json", "hostfile", "fanout.sh", "stop.sh", "probe.sh", "diagnose.sh")
+
+
+def is_plan_file(name: str) -> bool:
+    return name in PLAN_FILES or (name.startswith("launch-") and name.endswith(".sh"))
+
+
+@dataclass
+class Inputs:
+    """What one playbook run was given."""
+
+    playbook: str
+    #: option name -> value, as the play sees it (``-e`` over the inventory's all.vars).
+    values: Mapping[str, Any]
+    #: The names given with ``-e``.
+    extra_names: Sequence[str] = ()
+    #: group name -> host names.
+    groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: host name -> its inventory variables (those of the schema's host and cluster options).
+    hostvars: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The inventory sources (``-i``) and whether each exists.
+    inventory_sources: Mapping[str, bool] = field(default_factory=dict)
+    #: The backends directory (backends/<accelerator>.yml).
+    backends_dir: str = ""
+    #: Names that are roles' own parameters (roles/*/meta/argument_specs.yml): accepted from -e, unchecked here.
+    role_parameters: Sequence[str] = ()
+    #: The model preset's path and its mapping (or why it could not be read), for plan.yml and train.yml.
+    model_path: str | None = None
+    model: Mapping[str, Any] | None = None
+    model_error: str | None = None
+    models_available: Sequence[str] = ()
+
+
+@dataclass
+class Verdict:
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: Every option this playbook reads, converted (its default where not given).
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def check(given: Inputs) -> Verdict:
+    """Every problem of ``given``, every warning, and the converted options (see the module's docstring)."""
+    out = Verdict()
+    _inventory_exists(given, out)
+    _unknown_options(given, out)
+    accelerators = _accelerators(given.backends_dir)
+    for opt in schema.read_by(given.playbook):
+        if opt.where == "host":
+            continue
+        present = opt.name in given.values
+        source = "-e" if opt.name in given.extra_names or not present else "inventory"
+        try:
+            value = (
+                schema.convert(opt, given.values[opt.name], source, accelerators)
+                if present
+                else (schema.convert(opt, opt.default, source, accelerators) if opt.default is not None else None)
+            )
+        except schema.OptionError as exc:
+            out.problems.append(str(exc))
+            continue
+        out.options[opt.name] = value
+    for name in schema.REQUIRED.get(given.playbook, ()):
+        if name not in given.values:
+            out.problems.append(f"-e {name}=... is required: {schema.OPTIONS[name].doc}")
+    nodes = given.groups.get("nodes") or []
+    if nodes:
+        _hosts(given, nodes, accelerators, out)
+    if out.problems:
+        return out
+    _between(given, nodes, out)
+    return out
+
+
+def _inventory_exists(given: Inputs, out: Verdict) -> None:
+    missing = [source for source, exists in given.inventory_sources.items() if not exists]
+    if missing:
+        out.problems.append(
+            f"-i {', '.join(missing)}: no such inventory file or directory; give -i inventory/<site> "
+            "(start from inventory/example/hosts.yml; docs/inventory.md)"
+        )
+    elif not given.groups.get("nodes"):
+        sources = ", ".join(given.inventory_sources) or "the default inventory"
+        out.problems.append(
+            f"the inventory ({sources}) has no host in the group 'nodes': the inventory must list every training "
+            "server under all.children.nodes.hosts, each with ansible_host and slots (docs/inventory.md, "
+            "inventory/example/hosts.yml)"
+        )
+
+
+def _unknown_options(given: Inputs, out: Verdict) -> None:
+    allow = schema.OPTIONS["allow_unknown"]
+    try:
+        lenient = schema.convert(allow, given.values.get("allow_unknown", False))
+    except schema.OptionError:
+        lenient = False  # reported with the other options
+    known = [*schema.OPTIONS, *given.role_parameters]
+    for name in given.extra_names:
+        if name.startswith("ansible_") or name in given.role_parameters:
+            continue
+        opt = schema.OPTIONS.get(name)
+        if opt is None:
+            near = schema.nearest(name, known)
+            text = (
+                f"-e {name}: no such option"
+                + (f"; did you mean {near}?" if near else "")
+                + (" (docs/options.md lists every option; -e allow_unknown=true passes it on)")
+            )
+            (out.warnings if lenient else out.problems).append(text)
+        elif given.playbook not in opt.playbooks:
+            readers = ", ".join(f"{p}.yml" for p in opt.playbooks)
+            out.warnings.append(f"-e {name} is not read by {given.playbook}.yml (it is read by {readers}); ignored")
+
+
+def _accelerators(backends_dir: str) -> list[str]:
+    if not backends_dir or not os.path.isdir(backends_dir):
+        return []
+    return sorted(f[: -len(".yml")] for f in os.listdir(backends_dir) if f.endswith(".yml"))
+
+
+def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out: Verdict) -> None:
+    """Each host's own fields, and the cluster fields that must be the same on every node."""
+    readers = [o for o in schema.read_by(given.playbook) if o.where in ("host", "cluster")]
+    for host in nodes:
+        hv = given.hostvars.get(host, {})
+        for opt in readers:
+            if opt.name not in hv or (opt.where == "cluster" and opt.name in given.extra_names):
+                continue
+            try:
+                schema.convert(opt, hv[opt.name], f"inventory {host}", accelerators)
+            except schema.OptionError as exc:
+                out.problems.append(str(exc))
+    for opt in readers:
+        if opt.where != "cluster" or opt.name in given.extra_names:
+            continue
+        seen = {host: given.hostvars.get(host, {}).get(opt.name, opt.default) for host in nodes}
+        distinct = {repr(v) for v in seen.values()}
+        if len(distinct) > 1:
+            shown = ", ".join(f"{host}={value!r}" for host, value in seen.items())
+            out.problems.append(
+                f"inventory: {opt.name} differs between nodes ({shown}); one run uses one value: set it once under "
+                "all.vars (or with -e)"
+            )
+
+
+def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
+    """The rules between values, each from its own module, on values that passed :func:`check`'s own."""
+    book, opts = given.playbook, out.options
+    if nodes:
+        hosts = [{"name": n, **{k: v for k, v in given.hostvars.get(n, {}).items()}} for n in nodes]
+        try:
+            cluster_from_hosts(hosts, opts.get("accelerator_memory_gib"), opts.get("accelerator_peak_tflops"))
+        except PlanError as exc:
+            out.problems += [f"inventory: {p}" for p in exc.problems]
+        first = given.hostvars.get(nodes[0], {})
+        accelerator = opts.get("accelerator") or first.get("accelerator") or "musa"
+        if book in ("provision", "plan", "train") and given.backends_dir:
+            try:
+                load_profile(given.backends_dir, str(accelerator), opts.get("backend_env") or first.get("backend_env"))
+            except PlanError as exc:
+                out.problems += exc.problems
+    if book in ("train", "status"):
+        watched = {o: opts[o] for o in _WATCH_OPTIONS if o in opts}
+        try:
+            watch_options(watched)
+        except PlanError as exc:
+            out.problems += exc.problems
+    if book in ("train", "stop", "status"):
+        raw = {name: given.values.get(name) for name in _SLURM_OPTIONS if name in given.values}
+        raw["launcher"] = opts.get("launcher", "ssh")
+        if book == "train":
+            raw["max_restarts"] = opts.get("max_restarts", 0)
+        try:
+            slurm_settings(raw, list(nodes), list(given.groups.get("slurm_login") or []))
+        except PlanError as exc:
+            out.problems += exc.problems
+    if book == "data":
+        out.problems += data_problems(opts)
+    if book in ("plan", "train"):
+        _model(given, out)
+    for name in ("plan_dir", "runs_dir", "run"):
+        if opts.get(name) is not None and book in schema.OPTIONS[name].playbooks:
+            _controller_dir(name, opts[name], out, plan_only=name == "plan_dir")
+
+
+_WATCH_OPTIONS = (
+    "wait", "fresh", "train_wait", "poll_interval", "progress_interval", "start_timeout", "hang_timeout", "on_hang",
+    "straggler_ratio", "max_restarts", "elastic", "min_nodes",
+)  # fmt: skip
+_SLURM_OPTIONS = (
+    "slurm_nodes", "slurm_partition", "slurm_time", "slurm_queue_timeout", "slurm_gpus_per_node", "slurm_output_dir",
+    "slurm_go_timeout",
+)  # fmt: skip
+
+
+def _model(given: Inputs, out: Verdict) -> None:
+    name = out.options.get("model")
+    if given.model_error or given.model is None:
+        available = ", ".join(given.models_available) or "none"
+        out.problems.append(
+            f"-e model={name!r}: {given.model_error or 'no such preset'} ({given.model_path}); available presets: "
+            f"{available}; use -e model=NAME, or an absolute path to a preset file (docs/models.md)"
+        )
+        return
+    if not isinstance(given.model, Mapping):
+        out.problems.append(f"-e model={name!r}: {given.model_path} is not a mapping of preset keys (docs/models.md)")
+        return
+    try:
+        model_from_dict(given.model)
+    except PlanError as exc:
+        out.problems += [f"-e model={name!r} ({given.model_path}): {p}" for p in exc.problems]
+
+
+def _controller_dir(name: str, path: str, out: Verdict, plan_only: bool) -> None:
+    full = os.path.abspath(os.path.expanduser(path))
+    where = f"-e {name}={path!r} (on the controller: {full})"
+    if name == "run":
+        if not os.path.isfile(os.path.join(full, "plan", "plan.json")):
+            out.problems.append(f"{where} has no plan/plan.json: it is not a run directory of train.yml")
+        return
+    if os.path.exists(full) and not os.path.isdir(full):
+        out.problems.append(f"{where} is not a directory; give a directory")
+    elif plan_only and os.path.isdir(full):
+        others = sorted(f for f in os.listdir(full) if not is_plan_file(f))
+        if others:
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            out.problems.append(
+                f"{where} holds files that are not a plan's ({shown}); plan.yml replaces an earlier plan but "
+                "writes only into an empty directory or one that holds a plan: give another directory"
+            )

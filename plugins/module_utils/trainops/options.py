@@ -1,0 +1,466 @@
+"""The one schema of every user-facing input: each ``-e`` option and inventory field, with its type, range or
+choices, default, whether it may be empty, the playbooks that read it and a one-line description.
+
+:data:`OPTIONS` is the table; :func:`convert` checks and converts one value against its option, naming the
+option as the user wrote it, the value and the fix. :mod:`.inputs` runs it over everything a playbook reads
+before any node is contacted; the watcher's options (:mod:`.watch`), data.yml's request (:mod:`.data_request`)
+and the planner's conversions use the same rules, and ``docs/options.md`` is generated from this table
+(``tools/options_table.py``). A new option is one entry here.
+
+Kinds: ``int``, ``float``, ``bool``, ``choice``, ``str``, ``name`` (one path component of safe characters: it
+names a directory and appears in every script), ``container_path`` (absolute, inside the containers),
+``controller_path``, ``address`` (an IP address or a host name), ``map``, ``env`` (environment variable names to
+values), ``model`` (a preset name or an absolute path to a preset file), ``slurm_time``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data")
+
+#: Run ids, experiment names, container names: one path component, at most 100 of these characters.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]{0,99}$")
+#: Inventory host names (they name logs/<node>/ and appear in every script).
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PRESET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+SLURM_PARTITION = re.compile(r"^[A-Za-z0-9_.-]+$")
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+_NUMBER = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+_NONE = ("none", "null")
+#: Linux's limits: a path, and one of its components.
+PATH_MAX, NAME_MAX = 4096, 255
+#: Characters that end a line of a script or a log (or are invisible there).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+TRAIN = ("plan", "train")
+WATCH = ("train", "status")
+SLURM = ("train", "stop", "status")
+NODES = PLAYBOOKS  # every playbook reads the nodes group
+
+
+@dataclass(frozen=True)
+class Option:
+    """One user-facing input."""
+
+    name: str
+    kind: str
+    doc: str
+    playbooks: tuple[str, ...]
+    default: Any = None
+    #: ``-e`` (a run option, or all.vars of the inventory), ``host`` (per inventory host), ``cluster`` (-e or the
+    #: inventory, the same on every node).
+    where: str = "-e"
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    #: The minimum is excluded (``> minimum``).
+    above: bool = False
+    #: Words that stand for a setting of their own (``hang_timeout=auto``).
+    words: tuple[str, ...] = ()
+    #: How to fix a bad value, when the kind's own sentence is not enough.
+    fix: str = ""
+    #: Where the docs say more.
+    docs: str = "docs/options.md"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def optional(self) -> bool:
+        """No default: leaving it out (or ``none``) means "not set"."""
+        return self.default is None
+
+
+def _o(name: str, kind: str, doc: str, playbooks: Sequence[str], default: Any = None, **kw: Any) -> Option:
+    return Option(name=name, kind=kind, doc=doc, playbooks=tuple(playbooks), default=default, **kw)
+
+
+OPTIONS: dict[str, Option] = {
+    o.name: o
+    for o in (
+        # --- the layout (the planner) ------------------------------------------------------------------------------
+        _o("model", "model", "Model preset: models/<name>.yml, or an absolute path to a preset file.", TRAIN,
+           "llama3-8b", docs="docs/models.md"),
+        _o("tp", "int", "Tensor-parallel size.", TRAIN, 1, minimum=1, docs="docs/plan.md"),
+        _o("pp", "int", "Pipeline-parallel size.", TRAIN, 1, minimum=1, docs="docs/plan.md"),
+        _o("cp", "int", "Context-parallel size.", TRAIN, 1, minimum=1, docs="docs/plan.md"),
+        _o("vpp", "int", "Virtual pipeline stages per rank (interleaved schedule); unset: none.", TRAIN,
+           minimum=1, docs="docs/plan.md"),
+        _o("mbs", "int", "Micro-batch size.", TRAIN, 1, minimum=1, docs="docs/plan.md"),
+        _o("num_microbatches", "int", "Micro-batches per iteration; with neither it nor gbs: 128.", TRAIN,
+           minimum=1, docs="docs/plan.md"),
+        _o("gbs", "int", "Global batch size; keeps the training maths fixed across layouts.", TRAIN, minimum=1,
+           docs="docs/plan.md"),
+        _o("seq_length", "int", "Sequence length in tokens.", TRAIN, 4096, minimum=1, docs="docs/plan.md"),
+        _o("precision", "choice", "Training precision.", TRAIN, "fp8", choices=("bf16", "fp8"),
+           docs="docs/plan.md"),
+        _o("recompute", "choice", "Activation recomputation.", TRAIN, "full", choices=("none", "selective", "full"),
+           docs="docs/plan.md"),
+        _o("distributed_optimizer", "bool", "Megatron's distributed optimizer.", TRAIN, True, docs="docs/plan.md"),
+        _o("sequence_parallel", "bool", "Sequence parallelism; unset: on when tp > 1.", TRAIN, docs="docs/plan.md"),
+        _o("flash_attention", "bool", "A fused attention kernel through Transformer Engine.", TRAIN, True,
+           docs="docs/plan.md"),
+        _o("transformer_impl", "choice", "Megatron's --transformer-impl.", TRAIN, "transformer_engine",
+           choices=("transformer_engine", "local"), docs="docs/plan.md"),
+        _o("megatron_version", "str", "Megatron core version whose rules the planner applies (0.14, 0.16).", TRAIN,
+           "0.14", docs="docs/plan.md"),
+        _o("first_stage_layers", "int", "Layers of the first pipeline stage (overrides the computed split).", TRAIN,
+           minimum=1, docs="docs/plan.md"),
+        _o("last_stage_layers", "int", "Layers of the last pipeline stage (overrides the computed split).", TRAIN,
+           minimum=1, docs="docs/plan.md"),
+        _o("train_iters", "int", "Training iterations.", TRAIN, 100000, minimum=1, docs="docs/plan.md"),
+        _o("training", "map", "Optimiser and schedule overrides (lr, min_lr, save_interval, ...), as JSON.", TRAIN,
+           {}, fix='give a mapping, as -e \'{"training": {"lr": 3e-4}}\'', docs="docs/plan.md"),
+        _o("distributed_timeout_minutes", "int", "Megatron's --distributed-timeout-minutes.", TRAIN, 10, minimum=1,
+           docs="docs/train.md"),
+        _o("log_straggler", "bool", "Megatron's --log-straggler; unset: the backend profile's.", TRAIN,
+           docs="docs/train.md"),
+        _o("force", "bool", "Accept a layout that does not fit in memory.", TRAIN, False, docs="docs/plan.md"),
+        _o("recommend", "bool", "Also rank every valid layout of the cluster.", TRAIN, False, docs="docs/plan.md"),
+        _o("smoke", "bool", "Launch the project's smoke job instead of pretrain_gpt.py.", TRAIN, False,
+           docs="docs/train.md"),
+        _o("memory_headroom_fraction", "float", "Share of the card kept free for the allocator and workspaces.",
+           TRAIN, 0.1, minimum=0.0, maximum=0.99, docs="docs/cost-model.md"),
+        _o("exp", "name", "Experiment name (one directory level of the run and checkpoint dirs); unset: from the "
+           "layout.", TRAIN),
+        _o("run_id", "name", "The run's identifier (names the run directory); unset: a UTC timestamp.", TRAIN),
+        _o("plan_dir", "controller_path", "Where plan.yml writes the plan, on the controller.", ("plan",),
+           docs="docs/plan.md"),
+        _o("runs_dir", "controller_path", "Directory of every run on the controller; unset: <project>/runs.",
+           ("plan", "train", "report")),
+        # --- paths inside the containers, cluster facts -----------------------------------------------------------
+        _o("work_home", "container_path", "Directory inside the containers for runs and checkpoints.",
+           ("plan", "train", "stop", "status", "provision"), "/data/mtt-train-ops", where="cluster"),
+        _o("data_path", "container_path", "Megatron data prefix inside the containers (.bin/.idx added); mock: "
+           "Megatron's mock data.", ("plan", "train", "provision"), "/data/datasets/llama3_text_document",
+           words=("mock",), docs="docs/data.md"),
+        _o("tokenizer_path", "container_path", "Tokenizer file or directory inside the containers.",
+           ("plan", "train", "provision"), "/data/llama3-tokenizer", docs="docs/data.md"),
+        _o("tokenizer_type", "choice", "Megatron tokenizer type; unset: the manifest's, detected, or the preset's.",
+           TRAIN, choices=("TikTokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer"), docs="docs/data.md"),
+        _o("master_port", "int", "Rendezvous port on the master (the CPU backend's gloo check uses the next one).",
+           ("plan", "train", "provision"), 14388, where="cluster", minimum=1024, maximum=65534),
+        _o("container_name", "name", "Name of the training container on every node.", NODES, "train",
+           where="cluster"),
+        _o("container_ssh_port", "int", "Port of the containers' own sshd (22 is the host's).", NODES, 2222,
+           where="cluster", minimum=1, maximum=65535),
+        _o("accelerator", "choice", "Backend profile: backends/<accelerator>.yml.", NODES, "musa", where="cluster",
+           docs="docs/inventory.md"),
+        _o("accelerator_card", "str", "Card name (memory and peak for the planner); unset: the backend's default.",
+           NODES, where="cluster", docs="docs/inventory.md"),
+        _o("accelerator_memory_gib", "float", "Memory of one card in GiB; unset: by card.", TRAIN, where="cluster",
+           minimum=0.0, above=True, docs="docs/inventory.md"),
+        _o("accelerator_peak_tflops", "float", "Dense peak TFLOP/s of one card at the run's precision; unset: by "
+           "card.", TRAIN, where="cluster", minimum=0.0, above=True, docs="docs/cost-model.md"),
+        _o("backend_env", "env", "Environment variables of every launch, over the backend profile's launch_env.",
+           ("plan", "train", "provision"), {}, where="cluster", docs="docs/inventory.md"),
+        # --- the inventory's hosts --------------------------------------------------------------------------------
+        _o("ansible_host", "address", "How the controller reaches the node.", NODES, where="host",
+           docs="docs/inventory.md"),
+        _o("node_addr", "address", "How the other nodes reach it (a fast fabric address); unset: ansible_host.",
+           NODES, where="host", docs="docs/inventory.md"),
+        _o("slots", "int", "Cards used on the node (torchrun's nproc_per_node).", NODES, 8, where="host", minimum=1,
+           maximum=16, docs="docs/inventory.md"),
+        _o("master", "bool", "The rendezvous master (at most one host; unset: the first).", NODES, False,
+           where="host", docs="docs/inventory.md"),
+        _o("slurm_node_name", "address", "The node's name in Slurm; unset: the inventory name.", SLURM,
+           where="host", docs="docs/slurm.md"),
+        # --- train.yml's watcher and restarts ---------------------------------------------------------------------
+        _o("wait", "bool", "Watch the run until it ends (false: return once it runs).", ("train",), True,
+           docs="docs/train.md"),
+        _o("fresh", "bool", "Start anew: move the experiment's checkpoints aside instead of resuming.", ("train",),
+           False, docs="docs/train.md"),
+        _o("train_wait", "float", "Seconds to watch before returning while the run goes on.", ("train",), 86400.0,
+           minimum=0.0, docs="docs/train.md"),
+        _o("poll_interval", "float", "Seconds between probes.", ("train",), 5.0, minimum=1.0, docs="docs/train.md"),
+        _o("progress_interval", "float", "Seconds between progress lines.", ("train",), 30.0, minimum=0.0,
+           docs="docs/train.md"),
+        _o("start_timeout", "float", "Seconds a node may take to start its launch.", ("train",), 120.0, minimum=1.0,
+           docs="docs/train.md"),
+        _o("hang_timeout", "float", "Seconds without an iteration line before the run is diagnosed as hung; auto: "
+           "max(10 x p90 time between lines, 300 s).", WATCH, "auto", minimum=0.0, above=True, words=("auto",),
+           docs="docs/train.md"),
+        _o("on_hang", "choice", "What a hang does: stop the run, or warn and go on.", ("train",), "stop",
+           choices=("stop", "warn"), docs="docs/train.md"),
+        _o("straggler_ratio", "float", "A rank this much slower than the median is a straggler.",
+           ("train", "status", "report"), 1.2, minimum=1.0, above=True, docs="docs/train.md"),
+        _o("max_restarts", "int", "Attempts after a failed one (0: none).", ("train",), 0, minimum=0,
+           docs="docs/train.md"),
+        _o("elastic", "bool", "Re-plan on the nodes that remain at a restart (needs max_restarts).", ("train",),
+           False, docs="docs/train.md"),
+        _o("min_nodes", "int", "The fewest nodes an elastic re-plan may use.", ("train",), 1, minimum=1,
+           docs="docs/train.md"),
+        _o("stop_grace", "int", "Seconds between SIGTERM and SIGKILL when a run is stopped.", ("train", "stop"), 30,
+           minimum=0, docs="docs/train.md", extra={"slurm_default": 20}),
+        # --- the launcher -----------------------------------------------------------------------------------------
+        _o("launcher", "choice", "How train.yml starts a run and stop.yml ends it.", SLURM, "ssh",
+           choices=("ssh", "slurm"), docs="docs/slurm.md"),
+        _o("slurm_nodes", "int", "Nodes to allocate; unset: every node of the inventory.", ("train",), minimum=1,
+           docs="docs/slurm.md"),
+        _o("slurm_partition", "str", "Slurm partition; unset: Slurm's default.", ("train",), docs="docs/slurm.md"),
+        _o("slurm_time", "slurm_time", "Time limit (minutes, or [D-]HH:MM:SS); unset: the partition's.", ("train",),
+           docs="docs/slurm.md"),
+        _o("slurm_queue_timeout", "float", "Seconds to wait for the allocation.", ("train",), 3600.0, minimum=0.0,
+           above=True, docs="docs/slurm.md"),
+        _o("slurm_go_timeout", "float", "Seconds each node's task waits for the run's files.", ("train",), 900.0,
+           minimum=0.0, above=True, docs="docs/slurm.md"),
+        _o("slurm_gpus_per_node", "choice", "Ask for --gpus-per-node (auto: where the partition has GPU GRES).",
+           ("train",), "auto", choices=("auto", "true", "false"), docs="docs/slurm.md"),
+        _o("slurm_output_dir", "container_path", "Where the batch host writes the job's output.", ("train",), "/tmp",
+           docs="docs/slurm.md"),
+        # --- provision.yml, stop.yml, report.yml ------------------------------------------------------------------
+        _o("recreate", "bool", "Recreate the training container even when it is up to date.", ("provision",),
+           False, docs="docs/provision.md"),
+        _o("recheck", "bool", "Run the collective checks even when a passing result is recorded.", ("provision",),
+           False, docs="docs/provision.md"),
+        _o("remove_container", "bool", "Also remove the training container.", ("stop",), False),
+        _o("run", "controller_path", "The run directory to report on (runs/<exp>/<run_id>).", ("report",),
+           docs="docs/train.md"),
+        # --- data.yml ---------------------------------------------------------------------------------------------
+        _o("input", "container_path", "Raw JSONL inside the training container.", ("data",), docs="docs/data.md"),
+        _o("output_prefix", "container_path", "Output prefix inside the container (.bin/.idx are added).",
+           ("data",), docs="docs/data.md"),
+        _o("tokenizer", "container_path", "Tokenizer file or directory inside the container.", ("data",),
+           docs="docs/data.md"),
+        _o("json_key", "str", "The JSON key holding each document's text.", ("data",), "text", docs="docs/data.md"),
+        _o("workers", "int", "Tokenizer worker processes (0: one per core).", ("data",), 0, minimum=0,
+           docs="docs/data.md"),
+        _o("max_bad_lines", "int", "Unreadable input lines tolerated before the build fails.", ("data",), 100,
+           minimum=0, docs="docs/data.md"),
+        _o("data_on_every_node", "bool", "Build on every node (storage not shared) instead of the master.",
+           ("data",), False, docs="docs/data.md"),
+        _o("use_megatron_preprocess", "bool", "Use Megatron's tools/preprocess_data.py instead of the builder.",
+           ("data",), False, docs="docs/data.md"),
+        # --- this check itself ------------------------------------------------------------------------------------
+        _o("allow_unknown", "bool", "Turn the refusal of an unknown -e option into a warning.", PLAYBOOKS, False),
+    )
+}  # fmt: skip
+
+#: data.yml's required options.
+REQUIRED = {"data": ("input", "output_prefix", "tokenizer"), "report": ("run",)}
+
+
+class OptionError(ValueError):
+    """A value its option does not accept; the message is the whole sentence."""
+
+
+def label(option: Option, source: str = "-e") -> str:
+    """How the user wrote it: ``-e tp``, or ``inventory node2: slots``."""
+    return f"-e {option.name}" if source == "-e" else f"{source}: {option.name}"
+
+
+def _show(value: Any) -> str:
+    return repr(value) if not isinstance(value, str) else repr(value)
+
+
+def convert(option: Option | str, value: Any, source: str = "-e", accelerators: Sequence[str] = ()) -> Any:
+    """``value`` checked against ``option`` and converted to its type; :class:`OptionError` names the option as the
+    user wrote it (``source``: ``-e`` or ``inventory <host>``), the value and the fix. ``none``/``null`` stands
+    for "not set" where the option has no default; an empty value is always an error."""
+    opt = OPTIONS[option] if isinstance(option, str) else option
+    where = label(opt, source)
+    shown = f"{where}={_show(value)}"
+
+    def bad(why: str) -> OptionError:
+        return OptionError(f"{shown} {why}" + (f"; {opt.fix}" if opt.fix and "give" not in why else ""))
+
+    if value is None or (isinstance(value, str) and value.strip().lower() in _NONE and opt.kind != "str"):
+        if opt.optional:
+            return None
+        raise bad(f"must be set ({_wanted(opt)}); leave {opt.name} out for its default {opt.default!r}")
+    if isinstance(value, str) and value.strip() == "":
+        raise OptionError(
+            f"{where}= is empty: give {_wanted(opt)}, or leave {opt.name} out"
+            + (f" for its default {opt.default!r}" if opt.default not in (None, {}, "") else "")
+        )
+    if isinstance(value, str) and value.strip().lower() in opt.words:
+        return value.strip().lower()
+    if isinstance(value, str) and _CONTROL.search(value):
+        raise bad("contains a control character (a newline, tab or NUL); give it on one line")
+    kind = opt.kind
+    if kind == "int":
+        number = _integer(value)
+        if number is None:
+            raise bad(f"is not an integer; give {_wanted(opt)}")
+        _bounds(opt, number, bad)
+        return number
+    if kind == "float":
+        number = _float(value)
+        if number is None:
+            raise bad(f"is not a number; give {_wanted(opt)}")
+        if not math.isfinite(number):
+            raise bad(f"is not a finite number; give {_wanted(opt)}")
+        _bounds(opt, number, bad)
+        return number
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        text = str(value).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise bad("must be true or false")
+    if kind == "choice":
+        choices = opt.choices or tuple(accelerators)
+        text = str(value).lower() if opt.name == "slurm_gpus_per_node" and isinstance(value, bool) else str(value)
+        if text not in choices:
+            raise bad(f"must be one of {', '.join(choices)}")
+        return text
+    if kind in ("map", "env"):
+        if not isinstance(value, Mapping):
+            raise bad(f"is not a mapping; {opt.fix or 'give it as JSON: -e ' + repr({opt.name: {}})}")
+        if kind == "env":
+            _env_problem(opt, value, bad)
+        return dict(value)
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise bad(f"must be a text value, got a {type(value).__name__}")
+    text = str(value)
+    if text != text.strip():
+        raise bad("has spaces around it; remove them")
+    if kind == "str":
+        return text
+    if kind == "name":
+        if not SAFE_NAME.match(text) or text in (".", ".."):
+            raise bad(
+                "must be one directory name of at most 100 characters: letters, digits and . _ + = @ -, "
+                "starting with a letter or digit (it names a directory on every node and appears in scripts)"
+            )
+        return text
+    if kind == "model":
+        if text.startswith("/"):
+            if not text.endswith((".yml", ".yaml")):
+                raise bad("an absolute preset path must name a .yml file")
+            return text
+        if not PRESET_NAME.match(text):
+            raise bad("must be a preset name of models/ (letters, digits, . _ -) or an absolute path to a .yml file")
+        return text
+    if kind == "container_path":
+        if not text.startswith("/"):
+            raise bad("must be an absolute path inside the containers (it starts with '/')")
+        if len(text.encode()) > PATH_MAX or any(len(part.encode()) > NAME_MAX for part in text.split("/")):
+            raise bad(f"is longer than the file system allows ({PATH_MAX} bytes, {NAME_MAX} per component)")
+        return text
+    if kind == "controller_path":
+        return text
+    if kind == "address":
+        if _is_address(text):
+            return text
+        raise bad("is neither an IP address nor a valid host name")
+    if kind == "slurm_time":
+        from .slurm import time_limit  # noqa: PLC0415 (slurm's own rule for --time)
+
+        try:
+            return time_limit(text)
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+    raise AssertionError(f"option {opt.name}: unknown kind {kind}")
+
+
+def _wanted(opt: Option) -> str:
+    """What the option accepts, in words."""
+    if opt.kind in ("int", "float"):
+        word = "a whole number" if opt.kind == "int" else "a number"
+        low = "" if opt.minimum is None else (f" > {opt.minimum:g}" if opt.above else f" >= {opt.minimum:g}")
+        high = "" if opt.maximum is None else f" <= {opt.maximum:g}"
+        words = f" or {' or '.join(opt.words)}" if opt.words else ""
+        return f"{word}{low}{' and' if low and high else ''}{high}{words}"
+    if opt.kind == "bool":
+        return "true or false"
+    if opt.kind == "choice" and opt.choices:
+        return "one of " + ", ".join(opt.choices)
+    return {
+        "container_path": "an absolute path inside the containers",
+        "controller_path": "a directory on the controller",
+        "name": "a name (letters, digits, . _ + = @ -)",
+        "model": "a preset name or an absolute .yml path",
+        "slurm_time": "minutes (90) or [D-]HH:MM:SS",
+        "address": "an IP address or a host name",
+        "map": "a mapping (JSON)",
+        "env": "a mapping of variable names to values (JSON)",
+    }.get(opt.kind, "a value")
+
+
+def _bounds(opt: Option, number: float, bad: Any) -> None:
+    low_fail = opt.minimum is not None and (number <= opt.minimum if opt.above else number < opt.minimum)
+    high_fail = opt.maximum is not None and number > opt.maximum
+    if low_fail or high_fail:
+        raise bad(f"must be {_wanted(opt)}")
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and _INTEGER.match(value.strip()):
+        return int(value.strip())
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if _NUMBER.match(text) or text.lstrip("+-") in ("inf", "infinity", "nan"):
+            return float(text)
+    return None
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    return bool(HOSTNAME.match(text)) and not re.fullmatch(r"[\d.]+", text)
+
+
+def _env_problem(opt: Option, env: Mapping[str, Any], bad: Any) -> None:
+    wrong = [
+        f"{key!r}: {value!r}"
+        for key, value in env.items()
+        if not (isinstance(key, str) and ENV_NAME.match(key))
+        or isinstance(value, bool)
+        or not isinstance(value, (str, int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+        or (isinstance(value, str) and _CONTROL.search(value))
+    ]
+    if wrong:
+        raise bad(
+            "must map environment variable names (letters, digits, _) to one-line strings or numbers, as "
+            f'backend_env: {{MCCL_ALGOS: "1"}}; got {", ".join(wrong)}'
+        )
+
+
+def read_by(playbook: str) -> list[Option]:
+    """The options ``playbook`` reads."""
+    return [o for o in OPTIONS.values() if playbook in o.playbooks]
+
+
+def nearest(name: str, known: Sequence[str]) -> str | None:
+    """The known name closest to ``name`` (a typo's fix), or None."""
+    import difflib  # noqa: PLC0415
+
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def one_line(value: Any) -> str:
+    """``value`` as one line: control characters written as escapes (for comments and labels in scripts)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
