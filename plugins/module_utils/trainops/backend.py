@@ -17,20 +17,27 @@ import yaml
 from .errors import PlanError
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Every key of a profile: (its type, whether it is required, what it holds). docs/options.md is generated from it.
+PROFILE_KEYS: dict[str, tuple[type, bool, str]] = {
+    "name": (str, True, "The accelerator's name (the file's name)."),
+    "device_tool": (str, True, "The device tool (mthreads-gmi, nvidia-smi), or empty for none."),
+    "container_env": (dict, True, "Environment of the training container."),
+    "visible_devices_env": (str, True, "The visible-devices variable the launch sets per node, or empty."),
+    "torch_distributed_backend": (str, True, "torch.distributed backend (mccl, nccl, gloo)."),
+    "collective_test": (str, True, "The collective test binary inside the container, or empty."),
+    "collective_min_busbw_gbps": ((int, float), False, "Least all-reduce bus bandwidth (GB/s); 0: no check."),
+    "image": (str, True, "The training image."),
+    "torchrun": (str, True, "torchrun inside the container."),
+    "megatron_home": (str, True, "Megatron-LM's directory inside the container."),
+    "megatron_entrypoint": (str, True, "The pretrain_gpt.py the launch runs."),
+    "pythonpath": (list, False, "Directories the launch puts first on PYTHONPATH."),
+    "megatron_log_straggler": (bool, False, "Whether the launch passes --log-straggler by default."),
+    "flight_recorder": (bool, False, "Whether the launch turns on PyTorch's NCCL flight recorder."),
+    "megatron_flops_convention": (str, False, "How the image's Megatron counts printed TFLOP/s (causal, full)."),
+    "launch_env": (dict, True, "Environment of every launch (the site's backend_env goes over it)."),
+}
 #: Keys every profile must have (the roles and templates read them).
-REQUIRED_KEYS = (
-    "name",
-    "device_tool",
-    "container_env",
-    "visible_devices_env",
-    "torch_distributed_backend",
-    "collective_test",
-    "image",
-    "torchrun",
-    "megatron_home",
-    "megatron_entrypoint",
-    "launch_env",
-)
+REQUIRED_KEYS = tuple(key for key, (_, required, _) in PROFILE_KEYS.items() if required)
 
 
 def names(backends_dir: str) -> list[str]:
@@ -95,6 +102,15 @@ def load_profile(backends_dir: str, accelerator: str, site_env: Any = None) -> d
         profile = yaml.safe_load(handle) or {}
     missing = [key for key in REQUIRED_KEYS if key not in profile]
     problems = [f"{path} lacks {', '.join(missing)}"] if missing else []
+    problems += [
+        f"{path}: unknown key {key!r} (known: {', '.join(PROFILE_KEYS)})" for key in profile if key not in PROFILE_KEYS
+    ]
+    problems += [
+        f"{path}: {key} must be a {kind.__name__ if isinstance(kind, type) else 'number'}, got {profile[key]!r}"
+        for key, (kind, _, _) in PROFILE_KEYS.items()
+        if key in profile
+        and (not isinstance(profile[key], kind) or (kind is not bool and isinstance(profile[key], bool)))
+    ]
     problems += env_problems({} if site_env is None else site_env)
     problems += launch_set_problems(profile, site_env)
     if problems:

@@ -146,7 +146,7 @@ def _accelerators(backends_dir: str) -> list[str]:
 
 def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out: Verdict) -> None:
     """Each host's own fields, and the cluster fields that must be the same on every node."""
-    readers = [o for o in schema.read_by(given.playbook) if o.where in ("host", "cluster")]
+    readers = [o for o in schema.OPTIONS.values() if o.where in ("host", "cluster")]  # the whole inventory
     for host in nodes:
         hv = given.hostvars.get(host, {})
         for opt in readers:

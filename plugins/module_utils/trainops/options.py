@@ -47,7 +47,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 TRAIN = ("plan", "train")
 WATCH = ("train", "status")
 SLURM = ("train", "stop", "status")
-NODES = PLAYBOOKS  # every playbook reads the nodes group
+#: Playbooks that work in the training containers; those that plan or read the cluster's layout.
+CONTAINER = ("provision", "train", "stop", "status", "report", "data")
+CLUSTER = ("provision", "plan", "train", "status", "data")
+RENDER = ("provision", "plan", "train")
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,7 @@ OPTIONS: dict[str, Option] = {
            ("plan", "train", "report")),
         # --- paths inside the containers, cluster facts -----------------------------------------------------------
         _o("work_home", "container_path", "Directory inside the containers for runs and checkpoints.",
-           ("plan", "train", "stop", "status", "provision"), "/data/mtt-train-ops", where="cluster"),
+           ("plan", "train", "stop", "status"), "/data/mtt-train-ops", where="cluster"),
         _o("data_path", "container_path", "Megatron data prefix inside the containers (.bin/.idx added); mock: "
            "Megatron's mock data.", ("plan", "train", "provision"), "/data/datasets/llama3_text_document",
            words=("mock",), docs="docs/data.md"),
@@ -150,14 +153,15 @@ OPTIONS: dict[str, Option] = {
            TRAIN, choices=("TikTokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer"), docs="docs/data.md"),
         _o("master_port", "int", "Rendezvous port on the master (the CPU backend's gloo check uses the next one).",
            ("plan", "train", "provision"), 14388, where="cluster", minimum=1024, maximum=65534),
-        _o("container_name", "name", "Name of the training container on every node.", NODES, "train",
+        _o("container_name", "name", "Name of the training container on every node.", CONTAINER, "train",
            where="cluster"),
-        _o("container_ssh_port", "int", "Port of the containers' own sshd (22 is the host's).", NODES, 2222,
+        _o("container_ssh_port", "int", "Port of the containers' own sshd (22 is the host's).", RENDER, 2222,
            where="cluster", minimum=1, maximum=65535),
-        _o("accelerator", "choice", "Backend profile: backends/<accelerator>.yml.", NODES, "musa", where="cluster",
+        _o("accelerator", "choice", "Backend profile: backends/<accelerator>.yml.", CLUSTER + ("stop",), "musa",
+           where="cluster",
            docs="docs/inventory.md"),
         _o("accelerator_card", "str", "Card name (memory and peak for the planner); unset: the backend's default.",
-           NODES, where="cluster", docs="docs/inventory.md"),
+           CLUSTER, where="cluster", docs="docs/inventory.md"),
         _o("accelerator_memory_gib", "float", "Memory of one card in GiB; unset: by card.", TRAIN, where="cluster",
            minimum=0.0, above=True, docs="docs/inventory.md"),
         _o("accelerator_peak_tflops", "float", "Dense peak TFLOP/s of one card at the run's precision; unset: by "
@@ -165,15 +169,16 @@ OPTIONS: dict[str, Option] = {
         _o("backend_env", "env", "Environment variables of every launch, over the backend profile's launch_env.",
            ("plan", "train", "provision"), {}, where="cluster", docs="docs/inventory.md"),
         # --- the inventory's hosts --------------------------------------------------------------------------------
-        _o("ansible_host", "address", "How the controller reaches the node.", NODES, where="host",
+        _o("ansible_host", "address", "How the controller reaches the node.", CLUSTER + ("stop",), where="host",
            docs="docs/inventory.md"),
         _o("node_addr", "address", "How the other nodes reach it (a fast fabric address); unset: ansible_host.",
-           NODES, where="host", docs="docs/inventory.md"),
-        _o("slots", "int", "Cards used on the node (torchrun's nproc_per_node).", NODES, 8, where="host", minimum=1,
+           CLUSTER, where="host", docs="docs/inventory.md"),
+        _o("slots", "int", "Cards used on the node (torchrun's nproc_per_node).", CLUSTER + ("stop",), 8,
+           where="host", minimum=1,
            maximum=16, docs="docs/inventory.md"),
-        _o("master", "bool", "The rendezvous master (at most one host; unset: the first).", NODES, False,
+        _o("master", "bool", "The rendezvous master (at most one host; unset: the first).", CLUSTER, False,
            where="host", docs="docs/inventory.md"),
-        _o("slurm_node_name", "address", "The node's name in Slurm; unset: the inventory name.", SLURM,
+        _o("slurm_node_name", "address", "The node's name in Slurm; unset: the inventory name.", ("train",),
            where="host", docs="docs/slurm.md"),
         # --- train.yml's watcher and restarts ---------------------------------------------------------------------
         _o("wait", "bool", "Watch the run until it ends (false: return once it runs).", ("train",), True,
@@ -274,7 +279,9 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
     def bad(why: str) -> OptionError:
         return OptionError(f"{shown} {why}" + (f"; {opt.fix}" if opt.fix and "give" not in why else ""))
 
-    if value is None or (isinstance(value, str) and value.strip().lower() in _NONE and opt.kind != "str"):
+    if value is None or (
+        isinstance(value, str) and value.strip().lower() in _NONE and opt.kind != "str" and value not in opt.choices
+    ):
         if opt.optional:
             return None
         raise bad(f"must be set ({_wanted(opt)}); leave {opt.name} out for its default {opt.default!r}")
