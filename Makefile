@@ -65,12 +65,19 @@ lint: setup
 		testbed/images/training-suite-standin/rootfs/usr/local/bin/mthreads-gmi \
 		testbed/images/training-suite-standin/rootfs/usr/local/musa/mccl_test/all_reduce_perf
 
-## Megatron-LM core_v0.14.0's source into third_party/ (git-ignored), from a local clone: MEGATRON_GIT=<dir>.
+## Megatron-LM core_v0.14.0's source into third_party/ (git-ignored; the testbed's stand-in image installs it), from a
+## local clone (MEGATRON_GIT=<dir>) or a `git archive` tarball with the prefix Megatron-LM/ (MEGATRON_TARBALL=<file>).
 MEGATRON_TAG ?= core_v0.14.0
 megatron-src:
-	@test -n "$(MEGATRON_GIT)" || { echo "set MEGATRON_GIT to a clone of NVIDIA/Megatron-LM"; exit 1; }
+	@test -n "$(MEGATRON_GIT)$(MEGATRON_TARBALL)" || \
+		{ echo "set MEGATRON_GIT to a clone of NVIDIA/Megatron-LM, or MEGATRON_TARBALL to a tarball of its $(MEGATRON_TAG)"; exit 1; }
 	rm -rf third_party/Megatron-LM && mkdir -p third_party/Megatron-LM
-	git -C "$(MEGATRON_GIT)" archive $(MEGATRON_TAG) | tar -x -C third_party/Megatron-LM
+	if [ -n "$(MEGATRON_TARBALL)" ]; then \
+		tar -xzf "$(MEGATRON_TARBALL)" -C third_party/Megatron-LM --strip-components=1 Megatron-LM/; \
+	else \
+		git -C "$(MEGATRON_GIT)" archive $(MEGATRON_TAG) | tar -x -C third_party/Megatron-LM; \
+	fi
+	test -f third_party/Megatron-LM/pretrain_gpt.py && test -f third_party/Megatron-LM/LICENSE
 	du -sh third_party/Megatron-LM
 
 ## The Megatron launch on this machine's CUDA cards (tools/card_check.py); CARD_CHECK_ARGS=--dry-run without cards.

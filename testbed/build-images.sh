@@ -3,10 +3,14 @@
 #
 #   mtt-testbed-node:<hash>               a cluster-host stand-in: sshd, its own dockerd, python3
 #   mtt-training-suite-standin:<hash>     the training image stand-in: sshd, python3, torch CPU, megatron-core
+#   mtt-training-suite-standin:<hash>-megatron-<tree>
+#                                         the same with a Megatron-LM tree at /home/Megatron-LM (its dataset
+#                                         helpers built) and the CPU patch at /home/megatron-lm-cpu-patch
 #
 # <hash> is a content hash of the image's recipe (testbed/images/<name>/ and this script), so an image is
-# rebuilt exactly when its recipe changes and is otherwise taken from the local Docker cache. The stand-in is
-# also saved as a tar archive (docker save) in the cache directory, ready for a node's `docker load`.
+# rebuilt exactly when its recipe changes and is otherwise taken from the local Docker cache. <tree> is the
+# content hash of the Megatron-LM tree in third_party/Megatron-LM (`make megatron-src`), when there is one. The
+# stand-in is also saved as a tar archive (docker save) in the cache directory, ready for a node's `docker load`.
 #
 # Usage: sudo testbed/build-images.sh            build what is missing (needs root, dockerd, network to the mirror)
 #        testbed/build-images.sh --print         print the tags and archive path as JSON; builds nothing
@@ -16,6 +20,8 @@
 #        PIP_DOWNLOAD_ARGS  extra `pip download` arguments, e.g. "--extra-index-url https://download.pytorch.org/whl/cpu"
 #        PYTHON          python with pip that downloads the stand-in's wheels (default: the repository's .venv,
 #                        else python3; sudo's PATH usually lacks the venv)
+#        MEGATRON_TREE   the Megatron-LM tree the stand-in installs (default: third_party/Megatron-LM; none when
+#                        it has no pretrain_gpt.py)
 set -euo pipefail
 
 readonly SUITE=bookworm
@@ -33,6 +39,11 @@ declare -rA RECIPE_OF=(
   [mtt-training-suite-standin]=training-suite-standin
 )
 readonly STANDIN=mtt-training-suite-standin
+MEGATRON_TREE="${MEGATRON_TREE:-${SCRIPT_DIR}/../third_party/Megatron-LM}"
+[[ -f ${MEGATRON_TREE}/pretrain_gpt.py ]] || MEGATRON_TREE=""
+readonly MEGATRON_TREE
+# what a build leaves in a tree and the image rebuilds: not part of the tree's hash, not copied
+readonly TREE_BUILD_OUTPUTS=(--exclude=__pycache__ --exclude='*.pyc' --exclude='*.so')
 
 log() { printf '[build-images] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -45,18 +56,35 @@ recipe_hash() {
   {
     echo "suite=${SUITE}"
     sha256sum "${SCRIPT_DIR}/build-images.sh" | cut -d' ' -f1
-    (cd "${dir}" && find . -type f -print0 | LC_ALL=C sort -z | while IFS= read -r -d '' f; do
+    (cd "${dir}" && find . -name __pycache__ -prune -o -type f -print0 | LC_ALL=C sort -z | while IFS= read -r -d '' f; do
       printf '%s %s %s\n' "$(sha256sum <"${f}" | cut -d' ' -f1)" "$([[ -x ${f} ]] && echo x || echo -)" "${f}"
     done)
   } | sha256sum | cut -c1-12
 }
 
-image_tag() { echo "$1:$(recipe_hash "$1")"; }
-archive_path() { echo "${CACHE}/images/$1-$(recipe_hash "$1").tar"; }
+# Content hash of the Megatron-LM tree (paths and contents, build outputs left out); empty without a tree.
+megatron_hash() {
+  [[ -n ${MEGATRON_TREE} ]] || return 0
+  (cd "${MEGATRON_TREE}" && find . \( -name __pycache__ -o -name '*.pyc' -o -name '*.so' \) -prune -o -type f -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-12
+}
+
+# The image's version: its recipe hash, and for the stand-in the Megatron tree's hash when it installs one.
+image_version() {
+  local version tree
+  version=$(recipe_hash "$1")
+  if [[ $1 == "${STANDIN}" ]]; then
+    tree=$(megatron_hash)
+    [[ -z ${tree} ]] || version+="-megatron-${tree}"
+  fi
+  echo "${version}"
+}
+image_tag() { echo "$1:$(image_version "$1")"; }
+archive_path() { echo "${CACHE}/images/$1-$(image_version "$1").tar"; }
 
 print_json() {
-  printf '{"node_image": "%s", "standin_image": "%s", "standin_archive": "%s"}\n' \
-    "$(image_tag mtt-testbed-node)" "$(image_tag "${STANDIN}")" "$(archive_path "${STANDIN}")"
+  printf '{"node_image": "%s", "standin_image": "%s", "standin_archive": "%s", "standin_megatron_tree": "%s"}\n' \
+    "$(image_tag mtt-testbed-node)" "$(image_tag "${STANDIN}")" "$(archive_path "${STANDIN}")" "$(megatron_hash)"
 }
 
 # The bookworm mirror of this machine's apt sources (deb822 *.sources or one-line *.list).
@@ -152,7 +180,12 @@ EOF
     apt "${packages[@]}" >"${WORKDIR}/apt.log" 2>&1 || { tail -n 30 "${WORKDIR}/apt.log" >&2; die "apt-get failed"; }
 
   if [[ -d ${recipe}/rootfs ]]; then
-    cp -a --no-preserve=ownership "${recipe}/rootfs/." "${root}/"
+    tar -C "${recipe}/rootfs" --exclude=__pycache__ --owner=0 --group=0 -cf - . | tar -C "${root}" -xf -
+  fi
+  if [[ ${name} == "${STANDIN}" && -n ${MEGATRON_TREE} ]]; then
+    log "${tag}: Megatron-LM tree ${MEGATRON_TREE} -> /home/Megatron-LM"
+    mkdir -p "${root}/home/Megatron-LM"
+    tar -C "${MEGATRON_TREE}" "${TREE_BUILD_OUTPUTS[@]}" --owner=0 --group=0 -cf - . | tar -C "${root}/home/Megatron-LM" -xf -
   fi
   if [[ -f ${recipe}/requirements.txt ]]; then
     fetch_wheels "${recipe}/requirements.txt"
@@ -178,6 +211,9 @@ EOF
   local changes=() line
   while IFS= read -r line; do changes+=(--change "${line}"); done < <(list_of "${recipe}/image-config.txt")
   changes+=(--change "LABEL org.mtt-train-ops.testbed.recipe-hash=${tag##*:}")
+  if [[ ${name} == "${STANDIN}" && -n ${MEGATRON_TREE} ]]; then
+    changes+=(--change "LABEL org.mtt-train-ops.testbed.megatron-tree=$(megatron_hash)")
+  fi
   log "${tag}: docker import"
   tar --numeric-owner --xattrs -C "${root}" --exclude='./dev/*' -cf - . \
     | docker import "${changes[@]}" --message "mtt-train-ops testbed ${name} (debootstrap ${SUITE})" - "${tag}" >/dev/null

@@ -10,3 +10,21 @@ python3 -c "import torch, megatron.core, sentencepiece, tiktoken, tokenizers; pr
 torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
 rm -rf "${torch_dir}/test" "${torch_dir}"/bin/test_* "${torch_dir}"/bin/*Test
 python3 -c 'import torch.distributed, megatron.core.parallel_state'
+
+# With a Megatron-LM tree (build-images.sh copies third_party/Megatron-LM to /home/Megatron-LM): its dataset
+# helpers built now, its training code importable, and its megatron.core the same version as the wheel's.
+tree=/home/Megatron-LM
+if [ -f "${tree}/pretrain_gpt.py" ]; then
+  make -C "${tree}/megatron/core/datasets"
+  wheel=$(cd / && python3 -c 'import megatron.core; print(megatron.core.__version__)')
+  cd "${tree}"
+  PYTHONDONTWRITEBYTECODE=1 python3 -W ignore -c '
+import megatron.core, megatron.training.training, megatron.core.datasets.helpers_cpp, psutil
+import megatron.core.models.gpt, megatron.legacy.model
+assert megatron.core.__file__.startswith("/home/Megatron-LM/"), megatron.core.__file__
+print("Megatron-LM tree: megatron.core", megatron.core.__version__)
+'
+  tree_version=$(PYTHONDONTWRITEBYTECODE=1 python3 -c 'import megatron.core; print(megatron.core.__version__)' 2>/dev/null)
+  [ "${tree_version}" = "${wheel}" ] || { echo "tree's megatron.core ${tree_version} != wheel's ${wheel}"; exit 1; }
+  test -f "${tree}/LICENSE"
+fi
