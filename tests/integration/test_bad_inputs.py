@@ -1,5 +1,7 @@
 """Every bad input is refused on the controller before any node is contacted, naming the option, and writes
-nothing: a table of bad inputs to plan.yml, train.yml and data.yml, and bad inventories.
+nothing: a table of bad inputs to every playbook (provision, plan, train, stop, status, report, data), bad
+inventories, and the inputs that must pass (an unknown card with its memory, allow_unknown, a FIFO at the
+tokenizer path).
 
 The inventory's hosts are on loopback at port 9 (nothing listens there): a playbook that got as far as
 contacting them would print the reach play's `TASK [Connect over SSH]`. No testbed needed.
@@ -14,6 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+pytestmark = pytest.mark.playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -176,6 +181,46 @@ CASES = [
         "-e slurm_gpus_per_node='8' must be one of auto, true, false",
     ),
     ("slurm-restarts", "train.yml", ("-e", "launcher=slurm", "-e", "max_restarts=1"), "not supported with -e launcher"),
+    # every playbook checks first (stop.yml and status.yml contacted every node before; report.yml checked -e run)
+    ("stop-grace", "stop.yml", ("-e", "stop_grace=soon"), "-e stop_grace='soon' is not an integer"),
+    ("stop-launcher", "stop.yml", ("-e", "launcher=k8s"), "-e launcher='k8s' must be one of ssh, slurm"),
+    ("stop-remove", "stop.yml", ("-e", "remove_container=perhaps"), "-e remove_container='perhaps' must be true"),
+    ("stop-typo", "stop.yml", ("-e", "stop_grase=5"), "-e stop_grase: no such option; did you mean stop_grace?"),
+    ("status-hang", "playbooks/status.yml", ("-e", "hang_timeout=soon"), "-e hang_timeout='soon' is not a number"),
+    ("status-ratio", "playbooks/status.yml", ("-e", "straggler_ratio=0.5"), "-e straggler_ratio='0.5' must be"),
+    ("status-slurm", "playbooks/status.yml", ("-e", "launcher=slurm"), "needs a slurm_login group"),
+    ("report-missing", "playbooks/report.yml", (), "-e run=... is required"),
+    ("report-empty", "playbooks/report.yml", ("-e", "run="), "-e run= is empty"),
+    ("report-not-a-run", "playbooks/report.yml", ("-e", "run=/"), "has no plan/plan.json"),
+    ("provision-recreate", "provision.yml", ("-e", "recreate=maybe"), "-e recreate='maybe' must be true or false"),
+    ("provision-recheck", "provision.yml", ("-e", "recheck=2"), "-e recheck='2' must be true or false"),
+    ("provision-port", "provision.yml", ("-e", "container_ssh_port=70000"), "-e container_ssh_port='70000' must"),
+    ("provision-name", "provision.yml", ("-e", "container_name=a;b"), "-e container_name='a;b' must be one dir"),
+    ("provision-typo", "provision.yml", ("-e", "recrate=true"), "-e recrate: no such option; did you mean recreate?"),
+    # values that reach a script or a path
+    ("run-id-newline", "playbooks/plan.yml", _e(run_id="r1\ntouch /tmp/x #"), "-e run_id='r1\\ntouch"),
+    ("run-id-up", "playbooks/plan.yml", ("-e", "run_id=../../../x"), "-e run_id='../../../x' must be one directory"),
+    ("run-id-space", "train.yml", _e(run_id="a b"), "-e run_id='a b' must be one directory name"),
+    ("exp-subst", "train.yml", _e(exp="$(id)"), "-e exp='$(id)' must be one directory name"),
+    ("exp-long", "playbooks/plan.yml", _e(exp="e" * 101), "must be one directory name of at most 100"),
+    ("work-home-tab", "train.yml", _e(work_home="/data\tx"), "contains a control character"),
+    ("env-newline", "playbooks/plan.yml", _e(backend_env={"A": "1\nB"}), "to one-line strings or numbers"),
+    ("env-launch-sets", "playbooks/plan.yml", _e(backend_env={"PYTHONPATH": "/x"}), "backend_env sets PYTHONPATH"),
+    ("model-up", "playbooks/plan.yml", ("-e", "model=../../etc/x"), "-e model='../../etc/x' must be a preset name"),
+    ("model-abs-not-yml", "playbooks/plan.yml", ("-e", "model=/etc/passwd"), "must name a .yml file"),
+    # the checker's own odd values, empty and non-finite values
+    ("training-word", "playbooks/plan.yml", ("-e", "training=foo"), "-e training='foo' is not a mapping"),
+    ("exp-empty", "playbooks/plan.yml", ("-e", "exp="), "-e exp= is empty"),
+    ("launcher-empty", "train.yml", ("-e", "launcher="), "-e launcher= is empty"),
+    ("memory-inf", "playbooks/plan.yml", ("-e", "accelerator_memory_gib=inf"), "is not a finite number"),
+    ("memory-nan", "playbooks/plan.yml", ("-e", "accelerator_memory_gib=nan", "-e", "force=true"), "not a finite"),
+    ("tp-superscript", "playbooks/plan.yml", ("-e", "tp=\u00b2"), "-e tp='\u00b2' is not an integer"),
+    ("ratio-inf", "train.yml", ("-e", "straggler_ratio=inf"), "-e straggler_ratio='inf' is not a finite number"),
+    # unknown options
+    ("unknown-tpp", "playbooks/plan.yml", ("-e", "tpp=2"), "-e tpp: no such option; did you mean tp?"),
+    ("unknown-restart", "train.yml", ("-e", "max_restart=3"), "-e max_restart: no such option; did you mean max_"),
+    ("unknown-far", "train.yml", ("-e", "zzqx=3"), "-e zzqx: no such option (docs/options.md"),
+    ("tokenizer-dir", "playbooks/plan.yml", ("-e", "tokenizer_path=/tmp"), "the controller has this path"),
     # data.yml
     ("data-missing", "playbooks/data.yml", (), "-e input=... is required"),
     (
@@ -244,6 +289,31 @@ INVENTORIES = [
         "        n1: {ansible_host: 127.0.0.1, master: maybe}\n",
         "inventory n1: master='maybe' must be true or false",
     ),
+    (
+        "address-space",
+        '        n1: {ansible_host: "127.0.0.1 "}\n',
+        "inventory n1: ansible_host='127.0.0.1 ' has spaces",
+    ),
+    (
+        "slots-superscript",
+        '        n1: {ansible_host: 127.0.0.1, slots: "\u00b2"}\n',
+        "slots='\u00b2' is not an integer",
+    ),
+    (
+        "unknown-card",
+        "        n1: {ansible_host: 127.0.0.1, accelerator: cuda, accelerator_card: A100}\n",
+        "card 'A100' has no known memory size; set accelerator_memory_gib",
+    ),
+    (
+        "env-per-host",
+        '        n1: {ansible_host: 127.0.0.1, backend_env: {A: "1"}}\n        n2: {ansible_host: 127.0.0.2}\n',
+        "backend_env differs between nodes (n1={'A': '1'}, n2={})",
+    ),
+    (
+        "slurm-name",
+        '        n1: {ansible_host: 127.0.0.1, slurm_node_name: "n 1"}\n',
+        "inventory n1: slurm_node_name='n 1' is neither an IP address nor a valid host name",
+    ),
 ]
 
 
@@ -269,6 +339,7 @@ def _refused(tmp_path: Path, playbook: str, extra: tuple[str, ...], words: str, 
     assert words in output, output[-3000:]
     assert "TASK [Connect over SSH]" not in output, "a node was contacted before the input was checked"
     assert "Traceback" not in output and "argument_spec_data" not in output, output[-3000:]
+    assert "validate_argument_spec" not in output and "has no attribute" not in output, output[-3000:]
     assert not any(path.exists() for path in writes.values()), "a refused input wrote files"
 
 
@@ -282,5 +353,62 @@ def test_a_bad_inventory_is_refused_before_any_node(tmp_path, case, hosts, words
     _refused(tmp_path, "playbooks/plan.yml", (), words, hosts)
 
 
-def test_the_table_is_large_enough():
-    assert len(CASES) + len(INVENTORIES) >= 60
+@pytest.mark.parametrize("playbook", ["provision.yml", "train.yml", "stop.yml", "playbooks/status.yml"])
+def test_the_whole_inventory_is_checked_by_every_playbook(tmp_path, playbook):
+    hosts = "        n1: {ansible_host: 127.0.0.1, slots: 0}\n"
+    _refused(tmp_path, playbook, (), "inventory n1: slots=0 must be a whole number", hosts)
+
+
+def _run(tmp_path: Path, playbook: str, *extra: str, inventory: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", inventory or str(_inventory(tmp_path, NODES)), playbook, *extra],
+        cwd=ROOT,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("playbook", ["provision.yml", "train.yml", "stop.yml", "playbooks/data.yml"])
+def test_a_missing_inventory_or_nodes_group_is_one_plain_sentence(tmp_path, playbook):
+    missing = _run(tmp_path, playbook, *DATA, inventory=str(tmp_path / "inventroy"))
+    assert missing.returncode != 0
+    assert f"-i {tmp_path / 'inventroy'}: no such inventory file or directory" in missing.stdout
+    other = tmp_path / "other.yml"
+    other.write_text("all:\n  children:\n    gpus:\n      hosts:\n        a: {ansible_host: 127.0.0.1}\n")
+    no_group = _run(tmp_path, playbook, *DATA, inventory=str(other))
+    assert no_group.returncode != 0
+    assert "has no host in the group 'nodes': the inventory must list every training server" in no_group.stdout
+    for result in (missing, no_group):
+        assert "validate_argument_spec" not in result.stdout and "has no attribute" not in result.stdout
+        assert "TASK [Connect over SSH]" not in result.stdout
+
+
+def test_a_model_preset_outside_models_is_checked_key_by_key(tmp_path):
+    preset = dict(yaml.safe_load((ROOT / "models" / "tiny.yml").read_text()), norm_epsilon="abc")
+    (tmp_path / "mine.yml").write_text(yaml.safe_dump(preset))
+    words = "'norm_epsilon' must be a finite number > 0, got 'abc'"
+    _refused(tmp_path, "playbooks/plan.yml", ("-e", f"model={tmp_path / 'mine.yml'}"), words)
+
+
+def test_what_must_pass_passes(tmp_path):
+    """An unknown card with its memory; an unknown option with allow_unknown; an option another playbook reads (a
+    warning); a FIFO at the tokenizer path (not read on the controller: it would block)."""
+    cuda = _inventory(tmp_path, "        n1: {ansible_host: 127.0.0.1, accelerator: cuda, accelerator_card: A100}\n")
+    card = _run(tmp_path, "playbooks/plan.yml", "-e", "accelerator_memory_gib=80", "-e", f"plan_dir={tmp_path / 'a'}",
+                inventory=str(cuda))  # fmt: skip
+    assert card.returncode == 0, card.stdout[-3000:]
+    assert json.loads((tmp_path / "a" / "plan.json").read_text())["card"] == "A100"
+    lenient = _run(tmp_path, "playbooks/plan.yml", "-e", "tpp=2", "-e", "allow_unknown=true", "-e",
+                   f"plan_dir={tmp_path / 'b'}")  # fmt: skip
+    assert lenient.returncode == 0, lenient.stdout[-3000:]
+    assert "-e tpp: no such option; did you mean tp?" in lenient.stdout + lenient.stderr
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    piped = _run(tmp_path, "playbooks/plan.yml", "-e", f"tokenizer_path={fifo}", "-e", f"plan_dir={tmp_path / 'c'}")
+    assert piped.returncode == 0, piped.stdout[-3000:]
+    assert "not on the controller, not checked" in piped.stdout
+    other = _run(tmp_path, "stop.yml", "-e", "tp=2")
+    assert "-e tp is not read by stop.yml (it is read by plan.yml, train.yml); ignored" in other.stdout + other.stderr
+    assert "TASK [Connect over SSH]" in other.stdout  # a warning, not a refusal: stop.yml went on to the nodes
