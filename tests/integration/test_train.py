@@ -17,10 +17,12 @@ from testbed import train_in_background as _train_in_background
 from testbed import wait_for_iterations as _wait_for_iterations
 
 pytestmark = pytest.mark.testbed
-#: An experiment name with spaces and shell metacharacters; nothing in it may run.
+#: An experiment name with spaces and shell metacharacters: refused on the controller, and nothing in it runs.
 NASTY = 'it\'s a "test"; $(touch mtt-injected) `touch mtt-injected2` & | > <'
+#: An unusual name an experiment may have (one path component of safe characters, trainops.options).
+ODD = "lr=3e-4+warm@v2.1"
 #: As a user passes it: -e with JSON (key=value cannot hold unbalanced quotes).
-NASTY_EXP = json.dumps({"exp": NASTY})
+ODD_EXP = json.dumps({"exp": ODD})
 
 
 def _no_injection() -> None:
@@ -31,16 +33,20 @@ def _no_injection() -> None:
     assert not list(ROOT.rglob("mtt-injected*"))
 
 
-def test_train_runs_reports_and_resumes_with_a_nasty_experiment_name(provisioned):
+def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisioned):
+    nasty = playbook("train.yml", *SMALL, "-e", json.dumps({"exp": NASTY}))
+    assert nasty.returncode != 0 and "must be one directory name" in nasty.stdout
+    assert "TASK [Connect over SSH]" not in nasty.stdout
+    _no_injection()
     for node in ("node1", "node2"):  # a rerun starts clean
         in_container(node, "rm -rf /data/mtt-train-ops/checkpoints")
-    first = playbook("train.yml", *SMALL, "-e", "train_iters=20", "-e", NASTY_EXP)
+    first = playbook("train.yml", *SMALL, "-e", "train_iters=20", "-e", ODD_EXP)
     assert first.returncode == 0, first.stdout[-6000:]
     assert "resume       none: a fresh start" in first.stdout
     progress = r"iteration 20/20 \(100%\) \| lm loss [\d.]+ \| [\d,]+ ms/it \| [\d,]+ tokens/s/card"
     assert re.search(progress, first.stdout)
-    run_dir = _latest_run(NASTY)
-    assert run_dir.parent.name == NASTY
+    run_dir = _latest_run(ODD)
+    assert run_dir.parent.name == ODD
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["state"] == "finished" and summary["last_iteration"] == 20
     assert summary["step_time_ms"]["median"] > 0 and summary["step_time_ms"]["p90"] >= summary["step_time_ms"]["median"]
@@ -64,18 +70,18 @@ def test_train_runs_reports_and_resumes_with_a_nasty_experiment_name(provisioned
     assert json.loads((run_dir / "summary.json").read_text())["last_iteration"] == 20
 
     # The same experiment again: it resumes from the checkpoint of iteration 20 and trains 21..30.
-    second = playbook("train.yml", *SMALL, "-e", "train_iters=30", "-e", NASTY_EXP)
+    second = playbook("train.yml", *SMALL, "-e", "train_iters=30", "-e", ODD_EXP)
     assert second.returncode == 0, second.stdout[-6000:]
     assert "resume       from iteration 20" in second.stdout
-    resumed = json.loads((_latest_run(NASTY) / "summary.json").read_text())
-    metrics = [json.loads(line) for line in (_latest_run(NASTY) / "metrics.jsonl").read_text().splitlines()]
+    resumed = json.loads((_latest_run(ODD) / "summary.json").read_text())
+    metrics = [json.loads(line) for line in (_latest_run(ODD) / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in metrics] == list(range(21, 31)) and resumed["state"] == "finished"
 
     # fresh=true moves the checkpoints aside (nothing is deleted) and starts at iteration 1.
-    fresh = playbook("train.yml", *SMALL, "-e", "train_iters=5", "-e", NASTY_EXP, "-e", "fresh=true")
+    fresh = playbook("train.yml", *SMALL, "-e", "train_iters=5", "-e", ODD_EXP, "-e", "fresh=true")
     assert fresh.returncode == 0, fresh.stdout[-6000:]
     assert "fresh=true: the earlier ones were moved to" in fresh.stdout
-    metrics = [json.loads(line) for line in (_latest_run(NASTY) / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (_latest_run(ODD) / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["iteration"] == 1
     kept = in_container("node1", "ls -d /data/mtt-train-ops/checkpoints/*.before-*/iter_0000030").stdout
     assert "iter_0000030" in kept
