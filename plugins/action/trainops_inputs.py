@@ -111,6 +111,8 @@ class ActionModule(ActionBase):
         else:
             result["changed"] = False
             result["msg"] = f"{playbook}.yml: every input checked"
+            # every option this playbook reads, converted, its default where not given: the plays read these
+            result["ansible_facts"] = {"trainops_inputs": verdict.options}
         return result
 
     def _read(self, value: Any, where: str, problems: list[str]) -> Any:

@@ -31,6 +31,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: C(trainops_inputs), every option the playbook reads, converted (its default where not given).
+  returned: success
+  type: dict
 warnings_found:
   description: The warnings printed.
   returned: always
