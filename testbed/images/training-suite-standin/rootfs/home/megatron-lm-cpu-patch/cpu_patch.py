@@ -280,6 +280,26 @@ def _no_fused_kernels() -> None:
     fused_kernels.load = lambda args: None
 
 
+# --- checkpoints readable by torch.load(weights_only=True) ----------------------------------------------------
+@patch("enum_pickle_by_value")
+def _enum_pickle_by_value() -> None:
+    """Debian 12's Python (3.11.2) pickles an enum member by name, as getattr(cls, name); later 3.11 releases
+    pickle it by value. torch.load's default weights_only unpickler refuses getattr, so the resume of any
+    checkpoint whose common.pt holds Megatron's args (AttnBackend) fails at dist_checkpointing/strategies/
+    common.py:89 with UnpicklingError, although Megatron allow-lists its enums (safe_globals.py:16). Pickle the
+    enums of that list by value, as newer Pythons do."""
+    import enum
+
+    from megatron.core import safe_globals
+
+    def by_value(self, protocol):
+        return self.__class__, (self._value_,)
+
+    for cls in safe_globals.SAFE_GLOBALS:
+        if isinstance(cls, type) and issubclass(cls, enum.Enum):
+            cls.__reduce_ex__ = by_value
+
+
 # --- DistributedOptimizer without Apex and Transformer Engine --------------------------------------------------
 def _distributed_optimizer():
     from megatron.core.optimizer import distrib_optimizer

@@ -129,6 +129,22 @@ PATCHES: dict[str, Patch] = {
             Target("megatron/legacy/fused_kernels/__init__.py", 17, "def load(args):", "load"),
         ),
     ),
+    "enum_pickle_by_value": Patch(
+        point="resume",
+        why="Debian 12's Python 3.11.2 pickles enum members as getattr(cls, name), which torch.load's default "
+        "weights_only unpickler refuses: the resume of a torch_dist checkpoint (common.pt holds Megatron's args, "
+        "with an AttnBackend) fails with UnpicklingError; Megatron's allow-listed enums are pickled by value",
+        targets=(
+            Target(
+                "megatron/core/dist_checkpointing/strategies/common.py",
+                89,
+                "return torch.load(load_path, map_location='cpu')",
+                "TorchCommonLoadStrategy.load_common",
+            ),
+            Target("megatron/core/safe_globals.py", 16, "SAFE_GLOBALS = [", "SAFE_GLOBALS"),
+            Target("megatron/core/safe_globals.py", 24, "AttnBackend,", "SAFE_GLOBALS"),
+        ),
+    ),
     "distopt_d1_step_before_first_step": Patch(
         point="D1",
         why="DistributedOptimizer.state_dict() asserts one Adam step among the parameters' states; before the "
