@@ -1,0 +1,188 @@
+"""Megatron-LM's own pretrain_gpt.py (core_v0.14.0, unmodified) trains in the testbed's stand-in image on the CPU.
+
+One container of the stand-in image (`docker run`, no network) runs every check; the ranks are torchrun's, gloo.
+(a) The CPU patch's pretrain_gpt.py trains a tiny GPT with TP=2 PP=2 and the distributed optimizer, saves a
+    torch_dist checkpoint, and a second run resumed from it has the uninterrupted run's loss.
+(b) Each patch is needed: with it left out (MTT_CPU_PATCH_SKIP, test only), Megatron fails where the patch's
+    table says, or, for the silent ones (the CUDA RNG, D3), trains to a different loss. These checks run on one
+    rank wherever a point does not need TP or PP, with as few iterations as show the point.
+The image must hold a Megatron-LM tree (make megatron-src); without one the module is skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import subprocess
+import uuid
+
+import pytest
+
+from testbed import ROOT, env
+
+pytestmark = pytest.mark.testbed
+
+PATCH = "/home/megatron-lm-cpu-patch/pretrain_gpt.py"
+#: A tiny GPT in fp32 with dropout off (so that a resume can equal an uninterrupted run), mock data.
+MODEL = (
+    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
+    "--vocab-size 4096 --make-vocab-size-divisible-by 256 --tokenizer-type NullTokenizer --mock-data "
+    "--micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine "
+    "--lr-warmup-iters 2 --seed 1234 --attention-dropout 0 --hidden-dropout 0 "
+    "--transformer-impl local --use-distributed-optimizer --ckpt-format torch_dist --distributed-backend gloo "
+    "--no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion "
+    "--no-rope-fusion --no-persist-layer-norm --log-interval 1 --eval-interval 1000 --eval-iters 0 --save-interval 1000"
+)
+_PORTS = itertools.count(29400)
+_ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.E+-]+)")
+
+
+def _run(*cmd: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def container():
+    """A container of the stand-in image (built as `make testbed-up` builds it), removed at the end."""
+    for step in (["testbed/host-setup.sh"], ["testbed/build-images.sh"]):
+        done = _run(*step, timeout=3600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    images = json.loads(_run("testbed/build-images.sh", "--print").stdout)
+    if not images["standin_megatron_tree"]:
+        pytest.skip(
+            "the stand-in image has no Megatron-LM tree: run `make megatron-src MEGATRON_TARBALL=<core_v0.14.0 "
+            "tarball>` (or MEGATRON_GIT=<clone>) first"
+        )
+    name = f"mtt-megatron-cpu-{uuid.uuid4().hex[:8]}"
+    started = _run(
+        "docker", "run", "-d", "--rm", "--name", name, "--network", "none", "--shm-size", "1g",
+        "-e", "OMP_NUM_THREADS=1", "-e", "PYTHONDONTWRITEBYTECODE=1", images["standin_image"], "sleep", "infinity",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    yield name
+    _run("docker", "rm", "-f", name)
+
+
+def megatron(container: str, name: str, *, tp=1, pp=1, ranks=1, until=2, extra="", skip="", timeout=240):
+    """torchrun of the patched pretrain_gpt.py in the container, checkpoints in /tmp/ckpt/<name>; returns
+    (exit status, output, {iteration: lm loss})."""
+    command = (
+        f"MTT_CPU_PATCH_SKIP={skip} timeout {timeout - 10} torchrun --nproc-per-node {ranks} "
+        f"--master-port {next(_PORTS)} {PATCH} {MODEL} "
+        f"--tensor-model-parallel-size {tp} --pipeline-model-parallel-size {pp} --exit-interval {until} "
+        f"--save /tmp/ckpt/{name} {extra} 2>&1"
+    )
+    done = subprocess.run(
+        ["docker", "exec", container, "bash", "-c", command], capture_output=True, text=True, timeout=timeout
+    )
+    losses = {int(i): float(loss) for i, loss in _ITERATION.findall(done.stdout)}
+    return done.returncode, done.stdout, losses
+
+
+def _close(a: dict[int, float], b: dict[int, float], iterations) -> float:
+    return max(abs(a[i] - b[i]) / abs(a[i]) for i in iterations)
+
+
+def test_the_tree_and_the_wheel_are_one_megatron_core(container):
+    script = (
+        "cd / && python3 -W ignore -c 'import megatron.core as m; print(m.__version__, m.__file__)' && "
+        "cd /home/Megatron-LM && python3 -W ignore -c 'import megatron.core as m; print(m.__version__, m.__file__)'"
+    )
+    done = subprocess.run(["docker", "exec", container, "bash", "-c", script], capture_output=True, text=True)
+    wheel, tree = done.stdout.split("\n")[:2]
+    assert wheel.startswith("0.14.0 /usr/local/lib/python3") and tree.startswith("0.14.0 /home/Megatron-LM/"), done
+    license_check = ["docker", "exec", container, "grep", "-q", "NVIDIA", "/home/Megatron-LM/LICENSE"]
+    assert subprocess.run(license_check).returncode == 0
+
+
+def test_tp2_pp2_trains_saves_and_resumes_to_the_same_loss(container):
+    """4 ranks: 6 iterations with torch_dist checkpoints at 3 and 6; a second run loads iteration 3 and trains
+    4-6 to the uninterrupted run's loss (fp32, dropout off)."""
+    rc, out, straight = megatron(container, "tp2pp2", tp=2, pp=2, ranks=4, until=6, extra="--save-interval 3")
+    assert rc == 0 and sorted(straight) == [1, 2, 3, 4, 5, 6], out[-4000:]
+    assert "successfully saved checkpoint from iteration       3" in out, out[-3000:]
+    resume = "--load /tmp/ckpt/tp2pp2 --ckpt-step 3 --save-interval 3"
+    rc, out, resumed = megatron(container, "tp2pp2-resumed", tp=2, pp=2, ranks=4, until=6, extra=resume)
+    assert rc == 0 and "successfully loaded checkpoint from /tmp/ckpt/tp2pp2 [ t 1/2, p 1/2 ] at iteration 3" in out
+    assert sorted(resumed) == [4, 5, 6], out[-4000:]
+    assert _close(straight, resumed, [4, 5, 6]) < 1e-5, (straight, resumed)
+
+
+#: patch left out -> what its absence does on one rank (a traceback's text)
+CRASHES = {
+    "environment": "_warmup_jit_function",  # torch.compile runs, the inductor trips on the CPU-as-CUDA device
+    "cuda_api": "AssertionError: Megatron requires CUDA.",
+    "device_redirect": "AssertionError: Torch not compiled with CUDA enabled",
+    "cuda_type_names": "TypeError: Wrapped parameters must be one of torch.cuda.FloatTensor",
+    "no_fused_kernels": "megatron/legacy/fused_kernels/__init__.py",
+}
+
+
+#: what test_each_patch_is_needed leaves out besides CRASHES
+SILENT_OR_AT_RESUME = {
+    "cuda_rng",
+    "distopt_d1_step_before_first_step",
+    "distopt_d2_step_not_in_checkpoint",
+    "distopt_d3_shared_step",
+    "enum_pickle_by_value",
+}
+
+
+def test_every_patch_is_left_out_once():
+    table = (
+        ROOT / "testbed/images/training-suite-standin/rootfs/home/megatron-lm-cpu-patch/patch_targets.py"
+    ).read_text()
+    declared = set(re.findall(r'^    "([a-z0-9_]+)": Patch\(', table, re.M))
+    assert declared and declared == set(CRASHES) | SILENT_OR_AT_RESUME
+
+
+def test_each_patch_is_needed(container):
+    """Every patch of the table, left out one at a time, makes Megatron fail or train to another loss."""
+    rc, out, base = megatron(container, "base", until=4, extra="--save-interval 2")
+    assert rc == 0 and sorted(base) == [1, 2, 3, 4], out[-4000:]
+    problems = []
+    for patch, expected in CRASHES.items():
+        rc, out, _ = megatron(container, f"no-{patch}", until=1, skip=patch)
+        if rc == 0 or expected not in out:
+            problems.append(f"{patch}: exit {rc}, expected {expected!r} in:\n{out[-1500:]}")
+
+    # The CUDA RNG: without it seeding the tracker does nothing and the initial weights are others.
+    rc, out, no_rng = megatron(container, "no-cuda_rng", until=1, skip="cuda_rng")
+    if rc != 0 or abs(no_rng.get(1, 0.0) - base[1]) < 1e-4 * base[1]:
+        problems.append(f"cuda_rng: exit {rc}, loss {no_rng.get(1)} against {base[1]} with it:\n{out[-1500:]}")
+
+    # The distributed optimizer's resume (from the base run's iteration 2): D1 and D2 fail at the load, D3
+    # trains on with a wrong bias correction; with every patch the resume equals the base run.
+    resume = "--load /tmp/ckpt/base --ckpt-step 2"
+    rc, out, resumed = megatron(container, "resumed", until=4, extra=resume)
+    if rc != 0 or sorted(resumed) != [3, 4] or _close(base, resumed, [3, 4]) >= 1e-5:
+        problems.append(f"resume with every patch: exit {rc}, {resumed} against {base}:\n{out[-1500:]}")
+    for patch, expected in {
+        "distopt_d1_step_before_first_step": "assert len(steps) == 1",
+        "distopt_d2_step_not_in_checkpoint": "KeyError: 'step'",
+    }.items():
+        rc, out, _ = megatron(container, f"no-{patch}", until=3, extra=resume, skip=patch)
+        if rc == 0 or expected not in out:
+            problems.append(f"{patch}: exit {rc}, expected {expected!r} in:\n{out[-1500:]}")
+    # Enum members pickled by name (Debian's Python 3.11.2): a checkpoint written without the patch cannot load.
+    rc, out, _ = megatron(container, "no-enum", until=1, skip="enum_pickle_by_value")
+    rc2, out2, _ = megatron(
+        container, "no-enum-resumed", until=2, extra="--load /tmp/ckpt/no-enum", skip="enum_pickle_by_value"
+    )
+    if rc != 0 or rc2 == 0 or "GLOBAL getattr was not an allowed global" not in out2:
+        problems.append(f"enum_pickle_by_value: exit {rc} then {rc2}:\n{out[-800:]}\n{out2[-1500:]}")
+    rc, out, shared = megatron(container, "no-d3", until=4, extra=resume, skip="distopt_d3_shared_step")
+    if rc != 0 or sorted(shared) != [3, 4] or _close(base, shared, [4]) < 1e-5:
+        problems.append(f"distopt_d3_shared_step: exit {rc}, {shared} against {base}:\n{out[-1500:]}")
+    assert not problems, "\n\n".join(problems)
+
+
+def test_without_psutil_the_patch_fails_instead_of_hanging(container):
+    """psutil hidden (a module of that name that fails to import): the patch stops at once, by name."""
+    script = (
+        "mkdir -p /tmp/nopsutil && echo 'raise ImportError(\"hidden by the test\")' > /tmp/nopsutil/psutil.py && "
+        f"PYTHONPATH=/tmp/nopsutil timeout 60 python3 {PATCH} --help 2>&1"
+    )
+    done = subprocess.run(["docker", "exec", container, "bash", "-c", script], capture_output=True, text=True)
+    assert done.returncode == 1 and "psutil is missing" in done.stdout, done.stdout[-2000:]
