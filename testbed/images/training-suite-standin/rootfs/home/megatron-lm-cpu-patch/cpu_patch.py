@@ -63,8 +63,8 @@ def _environment() -> None:
     """TORCHDYNAMO_DISABLE=1: initialize.py:474 warms up torch.compile'd fusions; on the CPU they run eagerly.
     CUDA_DEVICE_MAX_CONNECTIONS=1: arguments.py:873 requires it with TP>1 on a card older than Blackwell (the
     cuda_api patch answers Hopper's properties). psutil: filesystem_async.py:642 raises without it in the
-    checkpoint writer's forked child, and the job then hangs instead of failing: fail here instead. The dataset
-    helpers: rank 0 compiles them at start-up when they are missing (initialize.py:185), which needs g++."""
+    checkpoint writer's forked child, and the job then hangs instead of failing: fail here instead. (The dataset
+    helpers are built with the image; rank 0 runs their make again at start-up, initialize.py:185.)"""
     os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     try:

@@ -35,8 +35,7 @@ PATCHES: dict[str, Patch] = {
         point="4, 5, 8",
         why="TORCHDYNAMO_DISABLE=1 (the torch.compile warm-up of fused bias-GELU runs eagerly), "
         "CUDA_DEVICE_MAX_CONNECTIONS=1 (validate_args requires it with TP>1 before Blackwell), and a loud "
-        "failure when psutil or the dataset helpers are missing (without psutil the checkpoint writer's "
-        "child raises and the job hangs)",
+        "failure when psutil is missing (without it the checkpoint writer's child raises and the job hangs)",
         targets=(
             Target("megatron/training/initialize.py", 474, "output = bias_gelu(bias, input)", "_warmup_jit_function"),
             Target("megatron/training/arguments.py", 873, 'CUDA_DEVICE_MAX_CONNECTIONS\') == "1"', "validate_args"),
