@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 import yaml  # noqa: E402
 from trainops.cluster import CARDS  # noqa: E402
 from trainops.megatron_log import parse_path  # noqa: E402
+from trainops.options import one_line  # noqa: E402
 from trainops.plan import make_plan  # noqa: E402
 from trainops.shell import shell_arg_lines  # noqa: E402
 
@@ -137,7 +138,7 @@ def render_launch(plan: dict[str, Any], backend: dict[str, Any]) -> Path:
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(quote=shlex.quote, trainops_shell_arg_lines=shell_arg_lines)
+    env.filters.update(quote=shlex.quote, trainops_shell_arg_lines=shell_arg_lines, trainops_one_line=one_line)
     text = env.get_template("launch.sh.j2").render(render_plan=plan, render_backend=backend, node=plan["nodes"][0])
     run_dir = Path(plan["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
