@@ -80,6 +80,11 @@ options:
     type: str
     choices: [causal, full]
     default: causal
+  distributed_backend:
+    description: Megatron's C(--distributed-backend) (the backend profile's C(megatron_distributed_backend)).
+    type: str
+    choices: [nccl, gloo]
+    default: nccl
   memory_headroom_fraction:
     description: Share of the card kept free for the allocator, workspaces and FP8 buffers.
     type: raw
@@ -98,7 +103,9 @@ options:
         metacharacters are allowed, as every use is quoted). Default derived from the layout.
     type: str
   smoke:
-    description: Launch the project's smoke job instead of C(pretrain_gpt.py) (always so on the cpu backend).
+    description:
+      - Launch the project's smoke job instead of C(pretrain_gpt.py).
+      - The layout role's default is the backend profile's C(default_job) (cpu, an image without Megatron-LM).
     type: raw
     default: false
   manifest:

@@ -78,7 +78,7 @@ CUDA_HOSTS = [dict(host, accelerator="cuda") for host in CPU_HOSTS]
 
 @pytest.mark.parametrize(
     ("hosts", "smoke", "job", "peak"),
-    [(CPU_HOSTS, False, "smoke", None), (CPU_HOSTS, True, "smoke", None), (MUSA_HOSTS, False, "megatron", None)]
+    [(CPU_HOSTS, False, "megatron", None), (CPU_HOSTS, True, "smoke", None), (MUSA_HOSTS, False, "megatron", None)]
     + [(MUSA_HOSTS, True, "smoke", None), (CUDA_HOSTS, False, "megatron", 989.0)],
 )
 def test_job_and_peak(hosts, smoke, job, peak):
@@ -179,3 +179,26 @@ def test_plan_with_resume_passes_moved_to_and_ignores_an_empty_one():
 def test_plan_with_resume_refuses_garbage(tracker):
     with pytest.raises(AnsibleFilterError, match="latest_checkpointed_iteration.txt holds"):
         plan_with_resume(plan(), tracker)
+
+
+def test_the_cpu_testbed_renders_megatron_with_gloo_and_no_fused_kernels():
+    """The cpu backend's Megatron launch (behind the CPU patch): its profile's distributed backend and no fusions."""
+    p = plan(distributed_backend="gloo", training={"fused_kernels": False})
+    args = p["megatron_args"]
+    assert p["job"] == "megatron"
+    assert args[args.index("--distributed-backend") + 1] == "gloo"
+    for flag in ("--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm"):
+        assert flag in args
+    assert "--distributed-backend" in plan()["megatron_args"] and "nccl" in plan()["megatron_args"]
+
+
+def test_local_layers_without_apex_turn_sequence_parallelism_off_or_refuse_it():
+    """Megatron core 0.14's torch norm (no Apex) asserts that sequence parallelism is off (torch_norm.py:32): seen
+    when the testbed first ran the planner's tp=2 launch with real Megatron."""
+    layout = dict(LAYOUT, tp=2, transformer_impl="local")
+    p = plan(layout=layout, distributed_backend="gloo", training={"fused_kernels": False})
+    assert p["sequence_parallel"] is False and "--sequence-parallel" not in p["megatron_args"]
+    assert any("Megatron's local layers without Apex use torch's norm" in w for w in p["warnings"])
+    with pytest.raises(PlanError, match="sequence_parallel=true with transformer_impl=local needs Apex"):
+        plan(layout=dict(layout, sequence_parallel=True), training={"fused_kernels": False})
+    assert plan(layout=layout)["sequence_parallel"] is True  # with the fused kernels (Apex), as before

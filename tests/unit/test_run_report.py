@@ -45,7 +45,7 @@ def make(hosts, **kwargs):
 
 @pytest.fixture(scope="module")
 def cpu_plan():
-    return make(CPU_HOSTS)
+    return make(CPU_HOSTS, smoke=True)  # the smoke job: the cpu backend's default job
 
 
 @pytest.fixture(scope="module")

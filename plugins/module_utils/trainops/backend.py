@@ -34,6 +34,9 @@ PROFILE_KEYS: dict[str, tuple[type, bool, str]] = {
     "megatron_log_straggler": (bool, False, "Whether the launch passes --log-straggler by default."),
     "flight_recorder": (bool, False, "Whether the launch turns on PyTorch's NCCL flight recorder."),
     "megatron_flops_convention": (str, False, "How the image's Megatron counts printed TFLOP/s (causal, full)."),
+    "default_job": (str, False, "What the launch runs unless -e smoke says: megatron (default) or smoke."),
+    "megatron_distributed_backend": (str, False, "Megatron's --distributed-backend: nccl (default) or gloo."),
+    "megatron_fused_kernels": (bool, False, "Whether the image has Megatron's fused kernels (Apex, TE); default true."),
     "launch_env": (dict, True, "Environment of every launch (the site's backend_env goes over it)."),
 }
 #: Keys every profile must have (the roles and templates read them).

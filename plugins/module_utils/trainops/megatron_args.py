@@ -41,7 +41,8 @@ class TrainingConfig:
     #: the layout role sets it from the backend profile (``megatron_log_straggler``) unless -e log_straggler.
     log_straggler: bool = False
     #: The container has Transformer Engine or Apex for Megatron's fused kernels. False (a bare PyTorch, as on a
-    #: card-check machine) renders --no-gradient-accumulation-fusion and --no-rope-fusion, which need them.
+    #: card-check machine or the CPU testbed; the layout role takes the backend profile's megatron_fused_kernels)
+    #: renders --no-gradient-accumulation-fusion, --no-rope-fusion and the other --no-*-fusion flags.
     fused_kernels: bool = True
 
 
@@ -71,9 +72,14 @@ def _num(value: float) -> str:
 
 
 def build_megatron_args(
-    model: ModelSpec, layout: Layout, paths: RunPaths, training: TrainingConfig | None = None
+    model: ModelSpec,
+    layout: Layout,
+    paths: RunPaths,
+    training: TrainingConfig | None = None,
+    distributed_backend: str = "nccl",
 ) -> list[str]:
-    """The argument list of ``pretrain_gpt.py`` (without the program name)."""
+    """The argument list of ``pretrain_gpt.py`` (without the program name); ``distributed_backend``: Megatron's
+    ``--distributed-backend`` (the backend profile's; gloo on the CPU testbed)."""
     t = training or TrainingConfig()
     req = layout.request
     args: list[str] = [
@@ -137,7 +143,7 @@ def build_megatron_args(
         args.append("--sequence-parallel")
     if req.distributed_optimizer:
         args.append("--use-distributed-optimizer")
-    args += ["--distributed-backend", "nccl"]
+    args += ["--distributed-backend", distributed_backend]
 
     args += [
         "--micro-batch-size",
@@ -185,7 +191,15 @@ def build_megatron_args(
     ]
 
     if not t.fused_kernels:
-        args += ["--no-gradient-accumulation-fusion", "--no-rope-fusion"]
+        # each of these fusions needs Apex, Transformer Engine or Megatron's compiled kernels
+        args += [
+            "--no-gradient-accumulation-fusion",
+            "--no-rope-fusion",
+            "--no-masked-softmax-fusion",
+            "--no-bias-gelu-fusion",
+            "--no-bias-dropout-fusion",
+            "--no-persist-layer-norm",
+        ]
 
     if paths.data_path == MOCK_DATA:
         # NullTokenizer's vocabulary is --vocab-size + 1 (its end-of-document id); Megatron pads it as usual

@@ -130,8 +130,8 @@ OPTIONS: dict[str, Option] = {
            docs="docs/train.md"),
         _o("force", "bool", "Accept a layout that does not fit in memory.", TRAIN, False, docs="docs/plan.md"),
         _o("recommend", "bool", "Also rank every valid layout of the cluster.", TRAIN, False, docs="docs/plan.md"),
-        _o("smoke", "bool", "Launch the project's smoke job instead of pretrain_gpt.py.", TRAIN, False,
-           docs="docs/train.md"),
+        _o("smoke", "bool", "Launch the project's smoke job instead of pretrain_gpt.py; unset: the backend profile's "
+           "default_job (cpu: smoke, unless the testbed's image has Megatron-LM).", TRAIN, docs="docs/train.md"),
         _o("memory_headroom_fraction", "float", "Share of the card kept free for the allocator and workspaces.",
            TRAIN, 0.1, minimum=0.0, maximum=0.99, docs="docs/cost-model.md"),
         _o("exp", "name", "Experiment name (one directory level of the run and checkpoint dirs); unset: from the "

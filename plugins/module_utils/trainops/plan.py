@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .cluster import Cluster, cluster_from_hosts
@@ -195,9 +195,12 @@ def _checked(r: PlanRequest) -> _Checked:
     if r.master_port is not None and not 1024 <= r.master_port <= 65535:
         problems.append(f"master_port must be an integer 1024..65535, got {r.master_port!r}")
     lay = None
+    request, torch_norm_note = _without_apex(request, train_cfg, problems)
     if spec is not None and cluster is not None:
         try:
             lay = plan_layout(spec, cluster, request)
+            if torch_norm_note:
+                lay = replace(lay, warnings=(*lay.warnings, torch_norm_note))
         except PlanError as exc:
             problems += exc.problems
     if isinstance(request.train_iters, int):
@@ -219,6 +222,22 @@ def _checked(r: PlanRequest) -> _Checked:
     if problems or lay is None or spec is None or cluster is None:
         raise PlanError(problems)
     return _Checked(spec, cluster, request, train_cfg, lay, dataset)
+
+
+def _without_apex(request: LayoutRequest, training: TrainingConfig, problems: list[str]) -> tuple[LayoutRequest, str]:
+    """Megatron's local layers without Apex (``fused_kernels`` false: a bare PyTorch, the CPU testbed) normalise with
+    torch's own norm, which refuses sequence parallelism (megatron/core/transformer/torch_norm.py:32, core 0.14): it
+    is turned off (a note says so), or refused when asked for."""
+    if training.fused_kernels or request.transformer_impl != "local" or request.sequence_parallel is False:
+        return request, ""
+    if request.sequence_parallel:
+        problems.append(
+            "sequence_parallel=true with transformer_impl=local needs Apex's fused norm, and this backend has no "
+            "fused kernels (Megatron's torch norm refuses sequence parallelism): drop -e sequence_parallel"
+        )
+        return request, ""
+    note = "sequence parallelism off: Megatron's local layers without Apex use torch's norm, which refuses it"
+    return replace(request, sequence_parallel=False), note
 
 
 def _tokenizer(r: PlanRequest, checked: _Checked) -> tuple[str, str, str]:
@@ -333,9 +352,8 @@ def _plan_mapping(
             "global_rank": lay.world_size - 1,
         },
         "megatron_version": request.megatron_version,
-        "megatron_args": build_megatron_args(spec, lay, paths, train_cfg),
-        # Megatron's GPT model needs a card: on the CPU backend the launch always runs the smoke job.
-        "job": "smoke" if r.smoke or cluster.accelerator == "cpu" else "megatron",
+        "megatron_args": build_megatron_args(spec, lay, paths, train_cfg, r.distributed_backend),
+        "job": "smoke" if r.smoke else "megatron",
         "smoke_args": smoke_args(lay, request.train_iters, paths, train_cfg),
         # the card's dense peak at the run's precision (None: no public figure), for MFU
         "peak_tflops_per_card": cluster.peak(request.precision),
@@ -486,7 +504,9 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         ),
         "job          "
         + (
-            "the smoke job (jobs/smoke_train.py): megatron-core groups, all-reduce checks, a small model"
+            "the smoke job (jobs/smoke_train.py): megatron-core groups, all-reduce checks, a small model; "
+            "-e smoke=false runs Megatron-LM's pretrain_gpt.py (on the cpu testbed: an image with a Megatron-LM "
+            "tree, make megatron-src; testbed/README.md)"
             if plan["job"] == "smoke"
             else "Megatron-LM pretrain_gpt.py"
         ),

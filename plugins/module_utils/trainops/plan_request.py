@@ -20,6 +20,8 @@ DEFAULT_HEADROOM = 0.10
 #: How a Megatron counts the FLOPs behind the TFLOP/s it prints: causal attention (upstream core >= 0.12) or
 #: full attention (older cores, and the vendor MUSA patch's own FLOP function).
 FLOPS_CONVENTIONS = ("causal", "full")
+#: Megatron's --distributed-backend choices (MUSA's patch maps nccl to MCCL; gloo: the CPU testbed).
+DISTRIBUTED_BACKENDS = ("nccl", "gloo")
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -125,6 +127,12 @@ class PlanRequest:
         default="causal",
         choices=FLOPS_CONVENTIONS,
     )
+    distributed_backend: str = _option(
+        "str",
+        "Megatron's --distributed-backend (the backend profile's megatron_distributed_backend).",
+        default="nccl",
+        choices=DISTRIBUTED_BACKENDS,
+    )
     memory_headroom_fraction: float | None = _option(
         "float",
         "Share of the card kept free for the allocator, workspaces and FP8 buffers.",
@@ -137,7 +145,11 @@ class PlanRequest:
         "str", "Experiment name (one directory level); default from the layout.", default=None
     )
     smoke: bool = _option(
-        "bool", "Launch the project's smoke job instead of pretrain_gpt.py.", default=False, converted=True
+        "bool",
+        "Launch the project's smoke job instead of pretrain_gpt.py (the layout role defaults it to the backend "
+        "profile's default_job).",
+        default=False,
+        converted=True,
     )
     manifest: Mapping[str, Any] | None = _option("dict", "The dataset's <data_path>.manifest.json.", default=None)
     tokenizer_path_given: bool = _option("bool", "Whether tokenizer_path was set by the user.", default=True)
