@@ -64,9 +64,10 @@ def clean_experiment(exp: str) -> None:
 
 
 def no_rank_left() -> None:
-    """No rank of the smoke job runs in either training container."""
+    """No rank of the smoke job or of Megatron runs in either training container."""
     for node in ("node1", "node2"):
-        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
+        running = in_container(node, "ps -eo args").stdout
+        assert "smoke_train.py" not in running and "pretrain_gpt.py" not in running, f"ranks left on {node}"
 
 
 #: A small, quick run of the smoke job: 2 nodes x 2 ranks, tp=1 pp=1 dp=4, gbs 8, seq 128.
