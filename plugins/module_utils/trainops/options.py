@@ -15,12 +15,15 @@ values), ``model`` (a preset name or an absolute path to a preset file), ``slurm
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .slurm import time_limit
 
 PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data")
 
@@ -365,8 +368,6 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
             return text
         raise bad("is neither an IP address nor a valid host name")
     if kind == "slurm_time":
-        from .slurm import time_limit  # noqa: PLC0415 (slurm's own rule for --time)
-
         try:
             return time_limit(text)
         except ValueError as exc:
@@ -462,8 +463,6 @@ def read_by(playbook: str) -> list[Option]:
 
 def nearest(name: str, known: Sequence[str]) -> str | None:
     """The known name closest to ``name`` (a typo's fix), or None."""
-    import difflib  # noqa: PLC0415
-
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return close[0] if close else None
 
