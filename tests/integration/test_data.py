@@ -186,11 +186,19 @@ def test_invalid_utf8_names_the_line(fixtures):
         (_args(f"{FX}/corpus.jsonl", f"{OUT}/x", f"{BASE}/preprocess_throughput.py"), "neither a tiktoken BPE"),
         (_args(f"{FX}/corpus.jsonl", f"{OUT}/x", f"{BASE}/no-tok"), f"tokenizer {BASE}/no-tok does not exist"),
         (
-            [*_args(f"{FX}/corpus.jsonl", f"{OUT}/x"), "-e", "use_megatron_preprocess=true"],
+            # a container without a Megatron-LM tree there (the stand-in has one at /home/Megatron-LM when
+            # make megatron-src gave it one)
+            [
+                *_args(f"{FX}/corpus.jsonl", f"{OUT}/x"),
+                "-e",
+                "use_megatron_preprocess=true",
+                "-e",
+                "data_build_megatron_home=/opt/no-megatron",
+            ],  # fmt: skip
             "tools/preprocess_data.py is not in this container",
         ),
         (["-e", "input=relative.jsonl", "-e", f"output_prefix={OUT}/x"], "-e tokenizer=... is required"),
-        ([*_args(f"{FX}/corpus.jsonl", f"{OUT}/x"), "-e", "workers=two"], "workers=two must be a whole number"),
+        ([*_args(f"{FX}/corpus.jsonl", f"{OUT}/x"), "-e", "workers=two"], "-e workers='two' is not an integer"),
     ],
     ids=[
         "missing-input",
