@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import options as schema
-from .backend import load_profile
+from .backend import load_profile, names
 from .cluster import cluster_from_hosts
 from .data_request import problems as data_problems
 from .errors import PlanError
@@ -139,9 +139,7 @@ def _unknown_options(given: Inputs, out: Verdict) -> None:
 
 
 def _accelerators(backends_dir: str) -> list[str]:
-    if not backends_dir or not os.path.isdir(backends_dir):
-        return []
-    return sorted(f[: -len(".yml")] for f in os.listdir(backends_dir) if f.endswith(".yml"))
+    return names(backends_dir) if backends_dir and os.path.isdir(backends_dir) else []
 
 
 def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out: Verdict) -> None:
