@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.txt
 ## The main job on the built-in default: the whole lifecycle on the local testbed, over SSH. With a Megatron-LM tree
 ## (make megatron-src), the stand-in has it and train.yml runs Megatron's own pretrain_gpt.py on mock data; else
 ## the project's smoke job (the testbed's default job).
-DEMO_JOB := $(if $(wildcard third_party/Megatron-LM/pretrain_gpt.py),-e smoke=false -e data_path=mock -e gbs=8 -e mbs=2)
+DEMO_JOB := $(if $(wildcard third_party/Megatron-LM/pretrain_gpt.py),-e smoke=false -e data_path=mock -e gbs=8 -e mbs=2 -e num_microbatches=none)
 demo: testbed-up
 	$(BIN)/ansible-playbook -i inventory/testbed provision.yml
 	$(BIN)/ansible-playbook -i inventory/testbed train.yml -e tp=1 -e pp=1 $(DEMO_JOB)
