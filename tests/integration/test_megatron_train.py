@@ -100,7 +100,9 @@ def _train(*extra: str) -> subprocess.Popen:
 def test_a_stopped_megatron_rank_is_named_and_its_peers_wait_for_it(megatron):
     exp = "megatron-hang"
     clean_experiment(exp)
-    job = _train("-e", "tp=2", "-e", "pp=2", "-e", "train_iters=100000", "-e", f"exp={exp}")
+    # no checkpoints: the stop lands in a training step (a save's collectives are a case of their own)
+    no_saves = ("-e", json.dumps({"training": {"save_interval": 0, "eval_iters": 0}}))
+    job = _train("-e", "tp=2", "-e", "pp=2", "-e", "train_iters=100000", "-e", f"exp={exp}", *no_saves)
     try:
         wait_for_iterations(exp, count=3, timeout=240)
         in_container("node2", f"kill -STOP {rank_pid('node2', exp, 2)}")
@@ -116,12 +118,11 @@ def test_a_stopped_megatron_rank_is_named_and_its_peers_wait_for_it(megatron):
     assert sorted(evidence) == [0, 1, 2, 3]
     assert "verdict     CULPRIT: state T" in evidence[2]
     assert all("verdict     not suspected" in evidence[rank] for rank in (0, 1, 3))
-    # the peers are real Megatron ranks, caught where they wait for the stopped one (seen: rank 3, its
-    # tensor-parallel peer, in the broadcast of the batch from tp rank 0; ranks 0 and 1, the other pipeline stage,
-    # in the 1F1B schedule, rank 1 inside the TP all-reduce of its backward step)
-    assert all("state       S (sleeping)" in evidence[rank] for rank in (0, 1, 3))
-    # rank 3 waits in a collective of its TP group with the culprit, or in the pipeline's send/receive
-    assert "distributed_c10d.py" in evidence[3] or "p2p_communication.py" in evidence[3], evidence[3]
-    schedule = "forward_backward_pipelining_without_interleaving (core/pipeline_parallel/schedules.py"
-    assert all(schedule in evidence[rank] for rank in (0, 1, 2, 3)), evidence
+    # the peers are real Megatron ranks, caught where they wait for the stopped one: in a torch.distributed
+    # collective or the pipeline's send/receive (seen: rank 3, its tensor-parallel peer, in the broadcast of the
+    # batch; rank 1 in the TP all-reduce of its backward step; rank 0 waiting in the 1F1B schedule for stage 1)
+    waits = ("distributed_c10d.py", "p2p_communication.py", "core/pipeline_parallel/schedules.py")
+    for rank in (0, 1, 3):
+        assert "state       T" not in evidence[rank] and any(w in evidence[rank] for w in waits), evidence[rank]
+    assert all("training/training.py" in evidence[rank] for rank in (0, 1, 2, 3)), evidence
     no_rank_left()
