@@ -48,7 +48,7 @@ def load_model(value: Any) -> tuple[str | None, Any, str | None, list[str]]:
         return None, None, None, available  # the option's own problem is reported
     path = name if name.startswith("/") else os.path.join(models_dir, f"{name}.yml")
     if not os.path.isfile(path):
-        return path, None, "no such preset file" if os.path.exists(path) is False else "not a regular file", available
+        return path, None, "not a regular file" if os.path.exists(path) else "no such preset file", available
     try:
         with open(path, encoding="utf-8") as handle:
             return path, yaml.safe_load(handle), None, available

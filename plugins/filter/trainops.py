@@ -81,6 +81,10 @@ def one_line(value: Any) -> str:
     return _core("options").one_line(value)
 
 
+def stale_plan_files(names: Sequence[str], plan: Mapping[str, Any]) -> list[str]:
+    return _core("inputs").stale_plan_files(names, plan)
+
+
 def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
     """Quote an argument vector for bash, one ``--flag value...`` group per continued line (trainops.shell)."""
     return _core("shell").shell_arg_lines(args, indent)
@@ -323,6 +327,7 @@ class FilterModule:
             "trainops_replan_note": replan_note,
             "trainops_shell_arg_lines": shell_arg_lines,
             "trainops_one_line": one_line,
+            "trainops_stale_plan_files": stale_plan_files,
             "trainops_plan_with_resume": plan_with_resume,
             "trainops_watch_options": watch_options,
             "trainops_controller_path": controller_path,

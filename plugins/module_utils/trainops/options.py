@@ -267,17 +267,13 @@ def label(option: Option, source: str = "-e") -> str:
     return f"-e {option.name}" if source == "-e" else f"{source}: {option.name}"
 
 
-def _show(value: Any) -> str:
-    return repr(value) if not isinstance(value, str) else repr(value)
-
-
 def convert(option: Option | str, value: Any, source: str = "-e", accelerators: Sequence[str] = ()) -> Any:
     """``value`` checked against ``option`` and converted to its type; :class:`OptionError` names the option as the
     user wrote it (``source``: ``-e`` or ``inventory <host>``), the value and the fix. ``none``/``null`` stands
     for "not set" where the option has no default; an empty value is always an error."""
     opt = OPTIONS[option] if isinstance(option, str) else option
     where = label(opt, source)
-    shown = f"{where}={_show(value)}"
+    shown = f"{where}={value!r}"
 
     def bad(why: str) -> OptionError:
         return OptionError(f"{shown} {why}" + (f"; {opt.fix}" if opt.fix and "give" not in why else ""))
