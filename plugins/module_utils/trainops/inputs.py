@@ -21,6 +21,7 @@ from .data_request import problems as data_problems
 from .errors import PlanError
 from .model import model_from_dict
 from .slurm import settings as slurm_settings
+from .watch import NAMES as WATCH_NAMES
 from .watch import watch_options
 
 #: The files a plan directory holds (roles/render): plan.yml removes an earlier plan's before writing its own.
@@ -194,7 +195,7 @@ def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
             except PlanError as exc:
                 out.problems += exc.problems
     if book in ("train", "status"):
-        watched = {o: opts[o] for o in _WATCH_OPTIONS if o in opts}
+        watched = {o: opts[o] for o in WATCH_NAMES if o in opts}
         try:
             watch_options(watched)
         except PlanError as exc:
@@ -217,10 +218,6 @@ def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
             _controller_dir(name, opts[name], out, plan_only=name == "plan_dir")
 
 
-_WATCH_OPTIONS = (
-    "wait", "fresh", "train_wait", "poll_interval", "progress_interval", "start_timeout", "hang_timeout", "on_hang",
-    "straggler_ratio", "max_restarts", "elastic", "min_nodes",
-)  # fmt: skip
 _SLURM_OPTIONS = (
     "slurm_nodes", "slurm_partition", "slurm_time", "slurm_queue_timeout", "slurm_gpus_per_node", "slurm_output_dir",
     "slurm_go_timeout",
