@@ -16,7 +16,12 @@ PLAN = {"run_id": "20261201-050000", "exp_name": "smoke"}
 
 def test_a_failed_fanout_is_the_outcome_named_on_the_master():
     got = outcome.train_outcome("node1", {"rc": 255, "stderr": "ssh: connect refused", "stdout": ""}, None)
-    assert got == {"state": "failed", "node": "node1", "reason": "the fan-out failed (rc 255): ssh: connect refused"}
+    assert got == {
+        "state": "failed",
+        "kind": "launch",
+        "node": "node1",
+        "reason": "the fan-out failed (rc 255): ssh: connect refused",
+    }
 
 
 def test_a_long_fanout_output_is_clipped_at_a_word():

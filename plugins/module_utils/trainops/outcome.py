@@ -31,6 +31,7 @@ def train_outcome(master: str, fanout: Mapping[str, Any], watch: Mapping[str, An
         output = f"{fanout.get('stderr') or ''} {fanout.get('stdout') or ''}"
         return {
             "state": "failed",
+            "kind": "launch",
             "node": master,
             "reason": f"the fan-out failed (rc {fanout.get('rc')}): {clip(output, REASON_CHARS)}",
         }

@@ -19,14 +19,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: Failure kinds of the log parser that a restart does not cure.
-NEVER_RETRIED_KINDS = {
-    "oom": "out of memory: the same layout runs out again (lower mbs, recompute more, or raise tp/pp)",
-}
+from . import kinds
+
+#: Failure kinds of the log parser that a restart does not cure (:data:`.kinds.KINDS`).
+NEVER_RETRIED_KINDS = kinds.NEVER_RESTARTED
 #: Exceptions of the failing rank that a restart does not cure.
 _NEVER_RETRIED_EXCEPTION = re.compile(r"\b(FileNotFoundError|ModuleNotFoundError|ImportError|NotADirectoryError)\b")
-#: Watcher outcomes (kinds) that may be retried: a rank or node that exited, was killed or lost, a hang.
-RETRIED_OUTCOMES = ("exited", "killed", "lost", "hang")
+#: Outcomes (kinds) that may be retried: a rank or node that exited, was killed or lost, a hang.
+RETRIED_OUTCOMES = kinds.RESTARTED
 
 
 def attempt_record(

@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from ..kinds import FATAL_LOG_KINDS, LOG_PRIORITY
 from .patterns import (
     _CHILD_ENTRY,
     _CHILD_FIELD,
@@ -25,8 +26,8 @@ from .patterns import (
 MAX_FAILURES = 1000
 _TB_HEAD = 20  # lines kept from the start of a long traceback
 _TB_TAIL = 180  # and from its end
-_FAILURE_PRIORITY = {"child_failed": 0, "oom": 1, "traceback": 2, "worker_exit": 3, "nan": 4}
-_FATAL_KINDS = ("child_failed", "oom", "traceback", "worker_exit")
+_FAILURE_PRIORITY = LOG_PRIORITY
+_FATAL_KINDS = FATAL_LOG_KINDS
 
 
 # --- blocks being collected ------------------------------------------------------------------------------------
