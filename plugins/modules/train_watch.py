@@ -24,70 +24,72 @@ description:
 version_added: "0.2.0"
 author: mtt-train-ops
 options:
-  container:
-    description: Name of the training container on the master.
-    type: str
-    default: train
-  probe:
-    description: The run's C(probe.sh) inside the container (C(<run_dir>/probe.sh), rendered with the run).
-    type: str
-    required: true
-  diagnose:
-    description: The run's C(diagnose.sh) inside the container; defaults to the one beside O(probe).
-    type: str
   plan:
     description: The run's plan (C(plan.json)) with its master, nodes, ranks, tokens per iteration and train_iters.
     type: dict
     required: true
+  probe:
+    description: The run's C(probe.sh) inside the container (C(<run_dir>/probe.sh), rendered with the run).
+    type: str
+    required: true
+  container:
+    description: Name of the training container on the master.
+    type: str
+    default: train
+  diagnose:
+    description: The run's C(diagnose.sh) inside the container; defaults to the one beside O(probe).
+    type: str
   wait:
     description: Seconds to watch before returning C(running) while the run goes on; 0 probes once.
     type: float
-    default: 86400
+    default: 86400.0
   poll_interval:
     description: Seconds between probes (at least 1).
     type: float
-    default: 5
+    default: 5.0
   progress_interval:
     description: Seconds between progress lines; 0 prints one at every new iteration.
     type: float
-    default: 30
+    default: 30.0
   start_timeout:
     description: Seconds a node may take to start its launch before the run is failed, naming it.
     type: float
-    default: 120
+    default: 120.0
   hang_timeout:
-    description:
-      - Seconds without a new iteration line before the run is diagnosed as hung, or C(auto)
-        (C(max(10 x p90 time between iteration lines, 300 s)); at least 1,800 s before the first iteration and
-        while a checkpoint is being saved).
+    description: Seconds without a new iteration line before the run is diagnosed as hung, or C(auto) (C(max(10 x p90
+      time between iteration lines, 300 s)); at least 1,800 s before the first iteration and while a checkpoint is being
+      saved).
     type: raw
     default: auto
   on_hang:
     description: What a diagnosed hang does.
     type: str
-    choices: [stop, warn]
     default: stop
+    choices:
+    - stop
+    - warn
   straggler_ratio:
-    description: A rank whose compute time over a window of straggler reports is at least this many times the
-      median of the other ranks' is named a straggler.
+    description: A rank whose compute time over a window of straggler reports is at least this many times the median
+      of the other ranks' is named a straggler.
     type: float
     default: 1.2
   evidence_dir:
     description: Controller directory of the run; a hang's evidence goes to its C(hang/) subdirectory.
     type: path
+  tail:
+    description: 'Judge a run already going (status.yml): the first probe reads the last 256 KiB of the logs, and the
+      last iteration is dated by the log''s age.'
+    type: bool
+    default: false
   restart_mark:
     description: The run has train.yml's restart mark (C(<run_dir>/restarting), C(-e max_restarts)); when stop.yml
       removes it, the watch ends the attempt as C(failed) with kind C(stopped), so no attempt outlives stop.yml.
     type: bool
     default: false
-  tail:
-    description: Read the last 256 KiB of the logs on the first probe, and date the last iteration by the log's
-      age (status.yml, for a run already going).
-    type: bool
-    default: false
 notes:
   - An action plugin; run it on the master node of the plan (train.yml and status.yml do). The options are
     checked on the controller first by C(trainops.watch.watch_options) (train.yml's C(-e) options).
+  - These options are C(trainops.watch.WatchRequest)'s fields; a unit test holds this page to them.
 """
 
 EXAMPLES = r"""

@@ -1,23 +1,26 @@
-"""train_watch: the probe's output and the verdict on the nodes' states."""
+"""The watcher (trainops.watch): the probe's output, the verdict on the nodes' states, a whole watch fed probe by
+probe, and the train_watch module's documentation held to WatchRequest."""
 
 from __future__ import annotations
 
+import ast
 import base64
-import importlib.util
+import json
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleActionFail
+import yaml
 from presets import load_preset
 from trainops.megatron_log import parse_lines
+from trainops.options import OPTIONS
 from trainops.plan import make_plan
+from trainops.watch import ProbeError, Progress, Watcher, WatchRequest, parse_probe
+from trainops.watch import judge_nodes as judge
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("trainops_train_watch", ROOT / "plugins" / "action" / "train_watch.py")
-train_watch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(train_watch)
-parse_probe = train_watch.parse_probe
-judge = train_watch.ActionModule._judge
+STOPPED_STACK = (ROOT / "tests" / "fixtures" / "py-spy" / "stopped-in-all-reduce.txt").read_text()
+WAIT_STACK = (ROOT / "tests" / "fixtures" / "py-spy" / "waiting-in-all-reduce-native.txt").read_text()
 
 HOSTS = [
     {"name": "node1", "ansible_host": "172.30.0.11", "slots": 2, "accelerator": "cpu"},
@@ -142,7 +145,7 @@ def test_unreachable_does_not_hide_an_exit_elsewhere(plan):
 
 
 def test_a_node_missing_from_the_probe_is_an_error(plan):
-    with pytest.raises(AnsibleActionFail, match="no state for node2"):
+    with pytest.raises(ProbeError, match="no state for node2"):
         judge(plan, states(node1="running:1"), {}, 10, 120)
 
 
@@ -151,7 +154,7 @@ def _header(text: str, age: int | None, start: int = 0, rank0: dict | None = Non
 
 
 def test_progress_clock_saves_and_offsets(plan):
-    progress = train_watch._Progress(plan, started=1000.0)
+    progress = Progress(plan, started=1000.0)
     line = LOG.splitlines()[0] + "\n"
     progress.feed(_header(line, age=2, start=0), line, now=1010.0, started=1000.0)
     assert progress.last["iteration"] == 1 and progress.progress_at == 1008.0  # the line's time, by the log's age
@@ -164,8 +167,139 @@ def test_progress_clock_saves_and_offsets(plan):
 
 
 def test_a_tail_probe_of_a_quiet_run_dates_its_last_iteration_by_the_logs_age(plan):
-    progress = train_watch._Progress(plan, started=5000.0, tail=True)
+    progress = Progress(plan, started=5000.0, tail=True)
     assert progress.offsets == {"log": -1, "stdout": -1, "stderr": -1}
     line = LOG.splitlines()[0] + "\n"
     progress.feed(_header(line, age=95, start=4096), line, now=5000.0, started=5000.0)
     assert progress.progress_at == 4905.0 and progress.offsets["log"] == 4096 + len(line.encode())
+
+
+# --- a whole watch, fed probe by probe (the probe's output as probe.sh prints it) -------------------------------
+
+
+def _probe(states: str, log: str = "", start: int = 0, marks: str = "") -> dict:
+    nodes = "".join(
+        f"node\t{name}\t{state.replace(':', chr(9), 1)}\n"
+        for name, state in (pair.split("=") for pair in states.split())
+    )
+    header = f"log\t/w/logs/rank3.log\t{start + len(log.encode())}\t{len(log.encode())}\t0\t{start}\n"
+    return {"rc": 0, "stdout": marks + nodes + header + log}
+
+
+def _request(plan, **args) -> WatchRequest:
+    return WatchRequest(plan=plan, probe="/w/probe.sh", **args)
+
+
+def test_a_watch_prints_progress_then_finishes(plan):
+    watcher = Watcher(_request(plan, progress_interval=0), started=100.0)
+    assert watcher.probe_argv() == ["bash", "/w/probe.sh", "0", "0", "0"]
+    line = LOG.splitlines()[0] + "\n"
+    printed = watcher.on_probe(_probe("node1=running:11 node2=running:12", line), now=105.0)
+    assert len(printed) == 1 and printed[0].startswith("watch / r1: iteration 1/20")
+    assert watcher.probe_argv()[2] == str(len(line.encode())) and not watcher.ended(105.0)
+    assert watcher.on_probe(_probe("node1=exited:0 node2=exited:0", start=len(line.encode())), now=110.0) == []
+    assert watcher.ended(110.0) and watcher.finish() == []
+    out = watcher.result(110.0)
+    assert out["state"] == "finished" and out["last_iteration"]["iteration"] == 1 and out["watched_s"] == 10.0
+
+
+def test_the_master_unreachable_twice_is_lost(plan):
+    watcher = Watcher(_request(plan), started=0.0)
+    assert watcher.on_probe({"unreachable": True, "msg": "ssh: timed out"}, now=5.0) == [] and not watcher.ended(5)
+    watcher.on_probe({"unreachable": True, "msg": "ssh: timed out"}, now=10.0)
+    out = watcher.result(10.0)
+    assert (out["state"], out["kind"], out["node"], out["ranks"]) == ("failed", "lost", "node1", [0, 1])
+    assert "ssh: timed out" in out["reason"]
+
+
+def test_a_removed_restart_mark_stops_the_attempt(plan):
+    watcher = Watcher(_request(plan, restart_mark=True), started=0.0)
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", marks="mark\trestarting\tpresent\n"), now=5.0)
+    assert not watcher.ended(5.0)
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", marks="mark\trestarting\tabsent\n"), now=10.0)
+    assert watcher.result(10.0)["kind"] == "stopped"
+
+
+def test_the_wait_ends_a_watch_that_goes_on(plan):
+    watcher = Watcher(_request(plan, wait=0), started=0.0)
+    watcher.on_probe(_probe("node1=running:1 node2=running:2"), now=0.0)
+    assert watcher.ended(0.0) and watcher.result(0.0)["state"] == "running"
+
+
+def _diagnosis(node_ranks: dict[str, list[tuple[int, str, str]]]) -> str:
+    lines = []
+    for node, ranks in node_ranks.items():
+        rows = [
+            {
+                "rank": rank,
+                "local_rank": rank % 2,
+                "pid": 100 + rank,
+                "state": state,
+                "state_text": {"S": "sleeping", "T": "stopped"}[state],
+                "wchan": "futex_do_wait",
+                "cpu_percent": 0.0,
+                "stack": stack,
+                "stack_error": None,
+            }
+            for rank, state, stack in ranks
+        ]
+        lines.append(f"diag\t{node}\tok\t{json.dumps({'node': node, 'ranks': rows, 'missing_ranks': []})}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("on_hang", ["stop", "warn"])
+def test_a_stall_asks_for_a_diagnosis_and_prints_the_culprit_at_once(plan, tmp_path, on_hang):
+    watcher = Watcher(_request(plan, hang_timeout="30", on_hang=on_hang, evidence_dir=str(tmp_path)), started=0.0)
+    line = LOG.splitlines()[0] + "\n"
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", line), now=5.0)
+    assert not watcher.wants_diagnosis
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", start=len(line.encode())), now=34.0)
+    assert not watcher.wants_diagnosis  # 29 s without a line
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", start=len(line.encode())), now=36.0)
+    assert watcher.wants_diagnosis and watcher.diagnose_argv() == ["bash", "/w/diagnose.sh"]
+    reply = {
+        "rc": 0,
+        "stdout": _diagnosis(
+            {
+                "node1": [(0, "S", WAIT_STACK), (1, "S", WAIT_STACK)],
+                "node2": [(2, "T", STOPPED_STACK), (3, "S", WAIT_STACK)],
+            }
+        ),
+    }
+    printed = watcher.on_diagnosis(reply, now=37.0)
+    assert printed[0].startswith("[WARNING] watch / r1: ") and "rank 2" in printed[1] and "node2" in printed[1]
+    assert printed[-1] == f"  evidence: {tmp_path / 'hang'}" and (tmp_path / "hang" / "diagnosis.json").is_file()
+    out = watcher.result(37.0)
+    assert out["hang"]["culprits"][0]["rank"] == 2 and "stacks" not in out["hang"]
+    if on_hang == "stop":
+        assert "(the run is stopped)" in printed[0] and watcher.ended(37.0)
+        assert (out["state"], out["kind"], out["node"], out["ranks"]) == ("failed", "hang", "node2", [2, 3])
+    else:
+        assert "on_hang=warn" in printed[0] and not watcher.ended(37.0) and out["state"] == "running"
+        watcher.on_probe(_probe("node1=running:1 node2=running:2", start=len(line.encode())), now=40.0)
+        assert not watcher.wants_diagnosis  # the next warning only after another full limit
+
+
+def _documentation() -> dict:
+    """train_watch's DOCUMENTATION as ansible-doc reads it: statically, without importing the module."""
+    source = (ROOT / "plugins" / "modules" / "train_watch.py").read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DOCUMENTATION" for t in node.targets):
+            return yaml.safe_load(ast.literal_eval(node.value))
+    raise AssertionError("train_watch.py has no DOCUMENTATION")
+
+
+def test_documentation_states_the_watch_request():
+    documented = _documentation()["options"]
+    stated = {name: {k: v for k, v in option.items() if k != "description"} for name, option in documented.items()}
+    assert stated == WatchRequest.argument_spec()
+    assert list(stated) == list(WatchRequest.argument_spec()), "the documentation lists the options in field order"
+    described = {f: " ".join(str(documented[f]["description"]).split()) for f in documented}
+    assert described == {f.name: " ".join(f.metadata["doc"].split()) for f in fields(WatchRequest)}
+
+
+def test_the_watch_defaults_are_the_schemas():
+    spec = WatchRequest.argument_spec()
+    assert spec["wait"]["default"] == OPTIONS["train_wait"].default
+    for name in ("poll_interval", "progress_interval", "start_timeout", "hang_timeout", "on_hang", "straggler_ratio"):
+        assert spec[name]["default"] == OPTIONS[name].default, name
