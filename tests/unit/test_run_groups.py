@@ -144,7 +144,7 @@ def test_list_then_stop_by_sigterm_then_nothing_left(launches):
     rc, stopped = run_script("stop", "node1", str(launches.work_home), "--grace", "5")
     assert rc == 0
     [result] = stopped["stopped"]
-    assert result["result"] == "stopped by SIGTERM" and result["survivors"] == []
+    assert result["result"] == "stopped by SIGTERM" and result["survivors"] == [] and result["frozen_killed"] == []
     assert stopped["live_after"] == []
     assert wait_for(lambda: not alive(started["rank"]) and not alive(started["pgid"]))
 
@@ -163,6 +163,20 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(launches):
     assert result["result"] == "killed by SIGKILL after 0.5 s"
     assert result["survivors"] == [] and result["seconds"] >= 0.5
     assert not run_groups.processes({"pgid": started["pgid"], "run_dir": str(run_dir)})
+
+
+def test_a_stopped_rank_is_killed_at_once_not_given_the_grace(launches):
+    """A rank under kill -STOP cannot act on SIGTERM: waiting out the grace for it would only delay the stop."""
+    run_dir = launches.run_dir()
+    started = launches.launch(run_dir)
+    os.kill(started["rank"], signal.SIGSTOP)
+    assert wait_for(lambda: run_groups.state(started["rank"]) == "T")
+    rc, stopped = run_script("stop", "node1", str(launches.work_home), "--run-dir", str(run_dir), "--grace", "30")
+    assert rc == 0
+    [result] = stopped["stopped"]
+    assert result["frozen_killed"] == [started["rank"]] and result["survivors"] == []
+    assert result["result"] == f"stopped by SIGTERM (stopped processes [{started['rank']}] killed first)"
+    assert wait_for(lambda: not alive(started["rank"]))
 
 
 def test_run_dir_option_stops_only_that_run(launches):

@@ -9,9 +9,10 @@ Every launch script records its process group in ``<work_home>/runs/<exp>/<run>/
 starts it with setsid: the group holds that shell and torchrun) and exports ``MTT_TRAIN_OPS_RUN=<run dir>``,
 which every process it starts inherits: torchrun puts each rank in a session of its own, so the ranks are
 found by that mark, not by the group. A launch counts as live only while a process of its group runs from
-the run directory or carries its mark, so a recycled process-group id is never signalled. ``stop`` sends
-SIGTERM to the group and every marked process, waits up to the grace period, then sends SIGKILL, and checks
-that none is left. With ``--cancel-restarts`` (stop.yml) it also removes the ``restarting`` mark of every run
+the run directory or carries its mark, so a recycled process-group id is never signalled. ``stop`` first kills
+every process of the launch that is stopped (state T, a ``kill -STOP``: it could not act on SIGTERM until
+continued, so a grace period would only be waited out), then sends SIGTERM to the group and every marked process,
+waits up to the grace period, then sends SIGKILL, and checks that none is left. With ``--cancel-restarts`` (stop.yml) it also removes the ``restarting`` mark of every run
 (``<run dir>/restarting``, written by a train.yml that restarts the run after a failure: ``-e max_restarts``),
 so that train.yml starts no new attempt. It prints one JSON object.
 """
@@ -63,6 +64,28 @@ def processes(group):
     return sorted(set(members(group["pgid"])) | set(marked(group["run_dir"])))
 
 
+def state(pid):
+    """The process's state letter (R, S, D, T, Z...), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()[0].decode()
+
+
+def kill_frozen(group):
+    """SIGKILL, then SIGCONT, to every process of the launch in state T; their pids."""
+    frozen = [pid for pid in processes(group) if state(pid) == "T"]
+    for pid in frozen:
+        for signum in (signal.SIGKILL, signal.SIGCONT):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+    return frozen
+
+
 def signal_all(group, signum):
     for pid in processes(group):
         try:
@@ -105,10 +128,17 @@ def live_groups(node, work_home, run_dir=None):
 
 def stop(group, grace):
     begun = time.monotonic()
+    frozen = kill_frozen(group)
     signal_all(group, signal.SIGTERM)
     while time.monotonic() - begun < grace:
         if not processes(group):
-            return dict(group, result="stopped by SIGTERM", seconds=round(time.monotonic() - begun, 1), survivors=[])
+            return dict(
+                group,
+                result="stopped by SIGTERM" + (f" (stopped processes {frozen} killed first)" if frozen else ""),
+                seconds=round(time.monotonic() - begun, 1),
+                survivors=[],
+                frozen_killed=frozen,
+            )
         time.sleep(0.2)
     signal_all(group, signal.SIGKILL)
     for _ in range(25):
@@ -121,6 +151,7 @@ def stop(group, grace):
         result=f"killed by SIGKILL after {grace:g} s" if not left else "survives SIGKILL",
         seconds=round(time.monotonic() - begun, 1),
         survivors=left,
+        frozen_killed=frozen,
     )
 
 
