@@ -39,7 +39,7 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
     assert "TASK [Connect over SSH]" not in nasty.stdout
     _no_injection()
     for node in ("node1", "node2"):  # a rerun starts clean
-        in_container(node, "rm -rf /data/mtt-train-ops/checkpoints")
+        in_container(node, "rm -rf /data/mtt-train-ops/checkpoints/*")
     first = playbook("train.yml", *SMALL, "-e", "train_iters=20", "-e", ODD_EXP)
     assert first.returncode == 0, first.stdout[-6000:]
     assert "resume       none: a fresh start" in first.stdout
