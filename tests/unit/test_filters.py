@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from bundle_filters import FILTER_DIR, all_filters, filter_files
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("trainops_filters", ROOT / "plugins" / "filter" / "trainops.py")
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
-FILTERS = filters.FilterModule().filters()
+FILTERS = all_filters()
 
 
 def test_parsers_return_core_results():
@@ -44,3 +41,14 @@ def test_cluster_in_rank_order():
 def test_shell_arg_lines_quote_every_value():
     text = FILTERS["trainops_shell_arg_lines"](["--data-path", "/d $(x)", "--swiglu"], 2)
     assert text == "  --data-path '/d $(x)' \\\n  --swiglu"
+
+
+def test_each_filter_file_keeps_to_one_concern_and_imports_the_core_it_wraps():
+    """One file per concern, no name twice (all_filters checks), and each file's core imports visible at its top."""
+    files = filter_files()
+    assert set(files) == {"trainops_cluster", "trainops_provision", "trainops_render", "trainops_run", "trainops_slurm"}
+    assert all(name.startswith(("trainops_", "parse_")) for filters in files.values() for name in filters)
+    for path in FILTER_DIR.glob("*.py"):
+        text = path.read_text()
+        assert "importlib" not in text, f"{path.name} loads the core through importlib: import it at the top"
+        assert "from trainops" in text, f"{path.name} imports nothing of the core"

@@ -153,7 +153,7 @@ def test_the_plays_use_the_schemas_defaults():
 
 
 def test_the_filters_read_the_inventory_keys_this_test_assumes():
-    text = (ROOT / "plugins" / "filter" / "trainops.py").read_text()
+    text = (ROOT / "plugins" / "filter" / "trainops_cluster.py").read_text()
     assert f"NODE_KEYS = {NODE_KEYS!r}".replace("'", '"') in text
 
 

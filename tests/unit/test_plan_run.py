@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from bundle_filters import all_filters
 from presets import load_preset
 from trainops.errors import PlanError
 from trainops.plan import exp_name_problems, make_plan, with_resume
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("trainops_filters_resume", ROOT / "plugins" / "filter" / "trainops.py")
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
-plan_with_resume = filters.FilterModule().filters()["trainops_plan_with_resume"]
+plan_with_resume = all_filters()["trainops_plan_with_resume"]
 
 CPU_HOSTS = [
     {"name": "node1", "ansible_host": "172.30.0.11", "slots": 2, "accelerator": "cpu"},

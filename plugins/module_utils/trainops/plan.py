@@ -433,6 +433,21 @@ def smoke_args(lay: Layout, train_iters: int, paths: RunPaths, training: Trainin
     )
 
 
+def tracker_iteration(text: Any) -> int | None:
+    """The iteration in the text of Megatron's ``latest_checkpointed_iteration.txt``: None for no text (no
+    checkpoint), 0 for ``release``; raises :class:`PlanError` for anything else."""
+    if text is None or isinstance(text, int):
+        return text
+    value = str(text).strip()
+    if not value:
+        return None
+    if value == "release":
+        return 0
+    if not (value.isascii() and value.isdigit()):
+        raise PlanError([f"latest_checkpointed_iteration.txt holds {value!r}, not an iteration"])
+    return int(value)
+
+
 def with_resume(plan: Mapping[str, Any], latest_iteration: int | None, moved_to: str | None = None) -> dict[str, Any]:
     """The plan with what the launch resumes from: ``latest_iteration`` of its checkpoint dir, or nothing.
 
