@@ -5,8 +5,9 @@
 
 1. **Detection latency** (``--repeat`` rounds): train.yml runs the smoke job (the testbed inventory's
    ``hang_timeout`` is 30 s); once the last rank has printed 20 iterations, global rank 2 (node2, local rank 0)
-   gets SIGSTOP. The latency is from that signal to the watcher's ``hang/diagnosis.json`` on the controller (the
-   culprit named, its evidence written), by the controller's clock; the file must name node2 rank 2.
+   gets SIGSTOP. Two latencies, by the controller's clock: from that signal to the watcher's
+   ``hang/diagnosis.json`` on the controller (the culprit named, its evidence written, and printed at once: the
+   output must name node2 rank 2 before the first stop task), and from the signal to train.yml's exit (failed).
 2. **Cost of watching**: the same smoke job of ``--iters`` iterations, in alternating rounds, watched
    (``train.yml``: a probe every 5 s, straggler and hang checks) and not (``train.yml -e wait=false``, the run
    left alone until its torchruns exit, then ``report.yml``). Each round's median step time (after warm-up)
@@ -30,10 +31,10 @@ from testbed import BIN, INVENTORY, SMALL, env, in_container, latest_run, rank_p
 NODES = ("node1", "node2")
 
 
-def playbook(*args: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+def playbook(*args: str, wait: bool = True, out=subprocess.DEVNULL) -> subprocess.Popen | subprocess.CompletedProcess:
     cmd = [str(BIN / "ansible-playbook"), "-i", str(INVENTORY), *args]
     if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT)
     return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=3600)
 
 
@@ -43,23 +44,34 @@ def iterations(exp: str) -> int:
     return int(out) if out.isdigit() else 0
 
 
-def detection(round_: int) -> float:
+def detection(round_: int, output: Path) -> tuple[float, float]:
+    """Seconds from the SIGSTOP to the culprit named, and to train.yml's exit."""
     exp = f"bench-hang-{round_}-{int(time.time())}"  # a new experiment: no earlier run's logs or checkpoints
-    job = playbook("train.yml", *SMALL, "-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "fresh=true", wait=False)
-    try:
-        while iterations(exp) < 20:
-            time.sleep(0.5)
-        pid = rank_pid("node2", exp, 2)
-        in_container("node2", f"kill -STOP {pid}")
-        frozen = time.time()
-        job.wait(timeout=600)
-    finally:
-        job.kill()
+    with output.open("w") as out:
+        job = playbook(
+            "train.yml", *SMALL, "-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "fresh=true", wait=False, out=out
+        )
+        try:
+            while iterations(exp) < 20:
+                time.sleep(0.5)
+            pid = rank_pid("node2", exp, 2)
+            in_container("node2", f"kill -STOP {pid}")
+            frozen = time.time()
+            rc = job.wait(timeout=600)
+            ended = time.time()
+        finally:
+            job.kill()
+    if rc == 0:
+        raise SystemExit(f"round {round_}: train.yml did not fail on the frozen rank (see {output})")
     diagnosis = latest_run(exp) / "hang" / "diagnosis.json"
     culprit = json.loads(diagnosis.read_text())["culprits"][0]
     if (culprit["node"], culprit["rank"]) != ("node2", 2):
         raise SystemExit(f"round {round_}: the wrong culprit was named: {culprit}")
-    return diagnosis.stat().st_mtime - frozen
+    text = output.read_text()
+    printed, stop = text.find("culprit node2 rank 2"), text.find("Stop what is left")
+    if printed < 0 or (stop >= 0 and stop < printed):
+        raise SystemExit(f"round {round_}: the culprit was not printed before the stop (see {output})")
+    return diagnosis.stat().st_mtime - frozen, ended - frozen
 
 
 def step_median(exp: str, watched: bool, iters: int) -> float:
@@ -89,11 +101,21 @@ def main() -> None:
     parser.add_argument("--only", choices=("detection", "watching"), help="run one of the two measurements")
     args = parser.parse_args()
     if args.only != "watching":
-        latencies = []
+        latencies, failures = [], []
         for round_ in range(1, args.repeat + 1):
-            latencies.append(detection(round_))
-            print(f"detection round {round_}: {latencies[-1]:.1f} s from SIGSTOP to the culprit named", flush=True)
-        print(f"detection median: {statistics.median(latencies):.1f} s (hang_timeout 30 s)", flush=True)
+            named, failed = detection(round_, Path(f"/tmp/hang-detection-{round_}.log"))
+            latencies.append(named)
+            failures.append(failed)
+            print(
+                f"detection round {round_}: {named:.1f} s from SIGSTOP to the culprit named and printed, "
+                f"{failed:.1f} s to train.yml's failure",
+                flush=True,
+            )
+        print(
+            f"detection median: {statistics.median(latencies):.1f} s to the culprit, "
+            f"{statistics.median(failures):.1f} s to the failure (hang_timeout 30 s)",
+            flush=True,
+        )
     if args.only == "detection":
         return
     watched, alone = [], []
