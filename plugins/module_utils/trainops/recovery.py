@@ -199,8 +199,8 @@ def goodput(attempts: Sequence[Mapping[str, Any]], seconds_per_iteration: float 
 
 #: Directory of one attempt in a run's controller directory (``runs/<exp>/<run_id>/attempt-<k>/``).
 ATTEMPT_PREFIX = "attempt-"
-#: What stays in the run's directory when an attempt is set aside: the plan, the earlier attempts.
-_KEPT = ("plan",)
+#: What stays in the run's directory when an attempt is set aside: the plan, the attempts' state, the earlier attempts.
+_KEPT = ("plan", "attempts.json")
 
 
 def attempt_dir(run_dir: str, attempt: int) -> str:

@@ -1,0 +1,92 @@
+"""Action plugin: one step of a run's attempts on the controller (:class:`trainops.attempts.Attempts`).
+
+train.yml runs it with ``run_once`` and ``delegate_to: localhost``, so that its result (the current attempt:
+number, plan, outcome, decision, next step, message) is registered on every node of the play; the state itself is
+the core's, in ``<run_dir>/attempts.json``. The module file (plugins/modules/train_attempts.py) holds the
+documentation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+_CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _CORE not in sys.path:
+    sys.path.insert(0, _CORE)
+
+from ansible.errors import AnsibleActionFail  # noqa: E402
+from ansible.plugins.action import ActionBase  # noqa: E402
+from trainops.attempts import AttemptError, Attempts  # noqa: E402
+from trainops.errors import PlanError  # noqa: E402
+
+STEPS = ("begin", "end", "amend", "judge", "replanned", "prepare", "result")
+ARGUMENT_SPEC = {
+    "step": {
+        "type": "str",
+        "required": True,
+        "choices": ["begin", "end", "amend", "judge", "replanned", "prepare", "result"],
+    },
+    "run_dir": {"type": "path", "required": True},
+    "plan": {"type": "dict"},
+    "resumes_from": {"type": "raw"},
+    "fanout": {"type": "dict"},
+    "watch": {"type": "raw"},
+    "outcome": {"type": "dict"},
+    "options": {"type": "dict"},
+    "summary": {"type": "raw"},
+    "marks": {"type": "raw"},
+    "reach_result": {"type": "str", "default": "train_reach"},
+    "refused": {"type": "str"},
+    "restarting": {"type": "bool"},
+}
+
+
+def _marks(value: Any) -> dict[str, Any] | None:
+    """run_marks.py's output (its JSON text, or the parsed object); None when the master did not answer."""
+    if isinstance(value, dict):
+        return value
+    text = str(value or "").strip()
+    return json.loads(text) if text else None
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        attempts = Attempts(args["run_dir"])
+        step = args["step"]
+        try:
+            if step == "begin":
+                view = attempts.begin(args["plan"], args["resumes_from"], time.time())
+            elif step == "end":
+                view = attempts.end(args["fanout"] or {}, args["watch"] or None, time.time())
+            elif step == "amend":
+                view = attempts.amend(args["outcome"] or {})
+            elif step == "judge":
+                answering = list(task_vars.get("ansible_play_hosts") or [])
+                hostvars = task_vars.get("hostvars") or {}
+                plan = attempts.current["plan"]
+                reach = {
+                    n["name"]: hostvars[n["name"]].get(args["reach_result"]) if n["name"] in hostvars else None
+                    for n in plan["nodes"]
+                }
+                summary = args["summary"] if isinstance(args["summary"], dict) else None
+                view = attempts.judge(args["options"] or {}, summary, _marks(args["marks"]), answering, reach)
+            elif step == "replanned":
+                view = attempts.replanned(args["plan"], args["refused"])
+            elif step == "prepare":
+                view = attempts.prepare(bool(args["restarting"]))
+            else:
+                view = attempts.result()
+        except (AttemptError, PlanError, ValueError) as exc:
+            raise AnsibleActionFail(f"train_attempts {step}: {exc}") from exc
+        result.update(changed=step in ("judge", "prepare"), attempt=view)
+        return result

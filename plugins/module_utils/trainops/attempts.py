@@ -1,0 +1,228 @@
+"""The attempts of one training run: train.yml's lifecycle as a state machine, kept in ``<run_dir>/attempts.json``.
+
+train.yml drives it one step at a time from the controller (the ``train_attempts`` action); the steps that must
+run on nodes (launch, watch, stop, collect, set aside) stay in the playbook. Every step reads the state the last
+one wrote and writes it back, so the playbook keeps no state of its own, and a step could as well run elsewhere
+(on the master, inside a Slurm job).
+
+::
+
+    begin ─> end [─> amend] ─(running, finished)─────────────────────────> (report)
+                        └─(failed)─> judge ─(end)───────────────────────> (report)
+                                       ├─(relaunch)─────────> prepare ─> begin
+                                       └─(replan)─> replanned ─> prepare ─> begin
+                                                      └─(refused)───────> (report)
+
+* :meth:`Attempts.begin`: attempt k starts with a plan fixed for the whole attempt: the first plan, or the
+  re-plan of the attempt before.
+* :meth:`Attempts.end`: the attempt's outcome from the fan-out's result and the watcher's (:mod:`.outcome`).
+* :meth:`Attempts.amend`: the outcome with Slurm's account of the job (``-e launcher=slurm``).
+* :meth:`Attempts.judge` (``-e max_restarts``): the attempt's record (:func:`.recovery.attempt_record`) from the
+  outcome, its parsed logs and the checkpoint it left, the nodes it lost, and the decision
+  (:func:`.recovery.retry_decision`): ``end``, ``relaunch`` or ``replan`` (``-e elastic``). The record goes to
+  ``attempt-<k>/attempt.json``.
+* :meth:`Attempts.replanned`: the re-plan on the nodes that remain, or why it was refused (the run then ends).
+* :meth:`Attempts.prepare`: just before the next launch, the restart mark read again (stop.yml ends the restarts),
+  and the attempt's collected files set aside into ``attempt-<k>/``.
+* :meth:`Attempts.result`: what the report reads: the last attempt's outcome, plan and decision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import recovery
+from .outcome import train_outcome
+from .plan import tracker_iteration, with_resume
+
+#: The state file in the run's controller directory (kept there when an attempt's files are set aside).
+STATE_FILE = "attempts.json"
+#: What comes after a judged attempt.
+NEXT = ("end", "relaunch", "replan")
+
+
+class AttemptError(RuntimeError):
+    """A step asked for out of order (a playbook bug, never a user's)."""
+
+
+class Attempts:
+    """The run's attempts, loaded from and saved to ``<run_dir>/attempts.json`` at every step."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+        path = os.path.join(run_dir, STATE_FILE)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                self.state: dict[str, Any] = json.load(handle)
+        else:
+            self.state = {"records": [], "current": None, "next": None}
+
+    # --- the state -------------------------------------------------------------------------------------------
+    @property
+    def current(self) -> dict[str, Any]:
+        if self.state["current"] is None:
+            raise AttemptError("no attempt has begun in this run")
+        return self.state["current"]
+
+    def _save(self) -> None:
+        os.makedirs(self.run_dir, exist_ok=True)
+        path = os.path.join(self.run_dir, STATE_FILE)
+        with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+            json.dump(self.state, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(f"{path}.tmp", path)
+
+    def view(self) -> dict[str, Any]:
+        """The current attempt as the playbook reads it: number, plan, outcome, decision, next, lost, message, and
+        the plan of the next attempt (its nodes are set aside and checked before it begins)."""
+        current = self.current
+        step = current.get("next_step", "end")
+        return {
+            "number": current["number"],
+            "plan": current["plan"],
+            "resumes_from": current["resumes_from"],
+            "outcome": current.get("outcome"),
+            "decision": current.get("decision"),
+            "next": step,
+            "next_plan": (self.state["next"] or current["plan"]) if step in ("relaunch", "replan") else None,
+            "lost": current.get("lost") or {},
+            "message": current.get("message"),
+        }
+
+    # --- the steps -------------------------------------------------------------------------------------------
+    def begin(self, plan: Mapping[str, Any], resumes_from: Any, now: float) -> dict[str, Any]:
+        """Attempt k begins. The first takes ``plan`` and ``resumes_from`` (the checkpoint tracker's text the
+        check play read); a later one the re-plan, or the plan, of the attempt before and its last checkpoint."""
+        before = self.state["current"]
+        if before is not None and before.get("next_step") not in ("relaunch", "replan"):
+            raise AttemptError(f"attempt {before['number']} was not followed by another")
+        if before is None:
+            number, resumes = 1, tracker_iteration(resumes_from)
+        else:
+            number, plan = before["number"] + 1, self.state["next"] or before["plan"]
+            resumes = self.state["records"][-1]["checkpoint_at_end"]
+        self.state["current"] = {"number": number, "plan": dict(plan), "resumes_from": resumes, "started_at": now}
+        self.state["next"] = None
+        self._save()
+        return self.view()
+
+    def end(self, fanout: Mapping[str, Any], watch: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
+        """The attempt's outcome: a failed fan-out (named on the master), else what the watcher saw, else running
+        (``-e wait=false``)."""
+        current = self.current
+        current.update(outcome=train_outcome(current["plan"]["master"], fanout, watch), ended_at=now)
+        self._save()
+        return self.view()
+
+    def amend(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
+        """The attempt's outcome with what another source adds (Slurm's account of the job: a time limit, a
+        cancel, a lost node), before it is judged."""
+        current = self.current
+        if current.get("outcome") is None:
+            raise AttemptError(f"attempt {current['number']} has not ended")
+        current["outcome"] = dict(outcome)
+        self._save()
+        return self.view()
+
+    def judge(
+        self,
+        options: Mapping[str, Any],
+        summary: Mapping[str, Any] | None,
+        marks: Mapping[str, Any] | None,
+        answering: Sequence[str],
+        reach: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """Record the attempt and decide what comes next.
+
+        ``summary``: the report's summary of the attempt's logs; ``marks``: what run_marks.py read on the master
+        (the checkpoint tracker's text, whether the restart mark is still there; None when the master did not
+        answer); ``answering``: the nodes still in the play; ``reach``: each node's ping after the failure."""
+        current = self.current
+        outcome, plan = current["outcome"], current["plan"]
+        marks = marks or {}
+        lost = recovery.lost_nodes(plan, list(answering), reach) if outcome.get("state") == "failed" else {}
+        record = recovery.attempt_record(
+            current["number"],
+            current["started_at"],
+            current.get("ended_at", current["started_at"]),
+            outcome,
+            summary,
+            current["resumes_from"],
+            tracker_iteration(marks.get("checkpoint")),
+        )
+        self.state["records"].append(record)
+        decision = recovery.retry_decision(
+            self.state["records"],
+            int(options["max_restarts"]),
+            not marks.get("restarting", True),
+            lost,
+            bool(options.get("elastic")),
+            int(options.get("min_nodes") or 1),
+            len(plan["nodes"]),
+        )
+        step = "end" if not decision["retry"] else ("replan" if decision.get("replan") else "relaunch")
+        failure = (summary or {}).get("failure_text") or (summary or {}).get("failure") or ""
+        current.update(decision=decision, next_step=step, lost=lost, cause=outcome.get("reason") or failure)
+        recovery.write_attempt(self.run_dir, record, set_aside=False, plan=plan)
+        self._say()
+        self._save()
+        return self.view()
+
+    def replanned(self, new_plan: Mapping[str, Any] | None = None, refused: str | None = None) -> dict[str, Any]:
+        """The re-plan on the nodes that remain (resuming from the attempt's last checkpoint), or why it was
+        refused: then the run ends."""
+        current = self.current
+        if current.get("next_step") != "replan":
+            raise AttemptError(f"attempt {current['number']} was not to be re-planned")
+        lost = current.get("lost") or {}
+        if new_plan is None:
+            current["decision"] = {
+                "retry": False,
+                "reason": f"the re-plan without {', '.join(lost)} was refused: {(refused or 'see above').strip()}",
+            }
+            current["next_step"] = "end"
+        else:
+            mark = self.state["records"][-1]["checkpoint_at_end"]
+            self.state["next"] = with_resume(new_plan, mark)
+            note = recovery.replan_note(current["plan"], new_plan, lost)
+            current["decision"] = dict(current["decision"], reason=f"{current['decision']['reason']}: {note}")
+        self._say()
+        self._save()
+        return self.view()
+
+    def prepare(self, restarting: bool) -> dict[str, Any]:
+        """Just before the next launch: end the restarts when stop.yml removed the restart mark meanwhile, else
+        set the attempt's collected files aside into ``attempt-<k>/``. ``next`` says whether to begin again."""
+        current = self.current
+        if current.get("next_step") not in ("relaunch", "replan"):
+            raise AttemptError(f"attempt {current['number']} is not followed by another")
+        if not restarting:
+            current["decision"] = {"retry": False, "reason": "stop.yml stopped the run: no new attempt"}
+            current["next_step"] = "end"
+            self.state["next"] = None
+        else:
+            recovery.write_attempt(self.run_dir, self.state["records"][-1], set_aside=True)
+        self._save()
+        return self.view()
+
+    def result(self) -> dict[str, Any]:
+        """What the report reads: the last attempt's outcome, plan and decision (None without -e max_restarts)."""
+        return self.view()
+
+    def _say(self) -> None:
+        """The line train.yml prints after a judged attempt: how it ended, the decision, what starts next."""
+        current = self.current
+        decision, outcome = current["decision"], current["outcome"]
+        if outcome.get("state") != "failed":
+            current["message"] = f"attempt {current['number']} {outcome.get('state')}"
+            return
+        cause = f": {current['cause']}" if current.get("cause") else ""
+        text = f"attempt {current['number']} failed{cause} -> {decision['reason']}"
+        if decision["retry"]:
+            mark = self.state["records"][-1]["checkpoint_at_end"]
+            start = f"checkpoint {mark}" if mark is not None else "the start"
+            text += f"; starting attempt {current['number'] + 1} from {start}"
+        current["message"] = text

@@ -1,0 +1,88 @@
+#!/usr/bin/python
+"""Documentation of the train_attempts action plugin (plugins/action/train_attempts.py); the plugin does the work."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: train_attempts
+short_description: One step of a training run's attempts, kept by the core in runs/<exp>/<run_id>/attempts.json
+description:
+  - The run's lifecycle (C(trainops.attempts.Attempts)) one step at a time, on the controller. The state lives in
+    C(<run_dir>/attempts.json); every step reads it and writes it back.
+  - C(begin) starts attempt k with a plan fixed for the whole attempt (the first plan, or the re-plan of the
+    attempt before) and the checkpoint it resumes from.
+  - C(end) keeps the attempt's outcome from the fan-out's result and the watcher's.
+  - C(amend) replaces the outcome by one with Slurm's account of the job (C(-e launcher=slurm)).
+  - C(judge) (C(-e max_restarts)) records the attempt (C(attempt-<k>/attempt.json)), names the nodes it lost
+    (each node's registered ping, O(reach_result)) and decides the next step, C(end), C(relaunch) or C(replan).
+  - C(replanned) keeps the re-plan on the nodes that remain, or ends the run when it was O(refused).
+  - C(prepare) ends the restarts when stop.yml removed the restart mark (O(restarting=false)), else sets the
+    attempt's collected files aside into C(attempt-<k>/).
+  - C(result) returns the last attempt for the report.
+version_added: "0.4.0"
+author: mtt-train-ops
+options:
+  step:
+    description: The step.
+    type: str
+    required: true
+    choices: [begin, end, amend, judge, replanned, prepare, result]
+  run_dir:
+    description: Controller directory of the run (C(runs/<exp>/<run_id>)).
+    type: path
+    required: true
+  plan:
+    description: C(begin) of the first attempt, the run's plan; C(replanned), the new plan.
+    type: dict
+  resumes_from:
+    description: C(begin) of the first attempt, the text of the checkpoint's tracker file on the master ('' for none).
+    type: raw
+  fanout:
+    description: C(end), the fan-out's result on the master (its C(rc), C(stdout), C(stderr)).
+    type: dict
+  watch:
+    description: C(end), the watcher's C(watch) result, or none (C(-e wait=false)).
+    type: raw
+  outcome:
+    description: C(amend), the outcome with Slurm's account of the job.
+    type: dict
+  options:
+    description: C(judge), train.yml's watch options (C(max_restarts), C(elastic), C(min_nodes)).
+    type: dict
+  summary:
+    description: C(judge), the report's summary of the attempt's logs.
+    type: raw
+  marks:
+    description: C(judge), what C(run_marks.py) printed on the master (the checkpoint, the restart mark).
+    type: raw
+  reach_result:
+    description: C(judge), the name of each node's registered ping after the failure.
+    type: str
+    default: train_reach
+  refused:
+    description: C(replanned), why the re-plan was refused (the run then ends).
+    type: str
+  restarting:
+    description: C(prepare), whether the restart mark is still there.
+    type: bool
+notes:
+  - Run it on the controller with C(run_once), so that every node of the play sees the result.
+"""
+
+RETURN = r"""
+attempt:
+  description: The current attempt.
+  returned: always
+  type: dict
+  contains:
+    number: {description: "The attempt's number (1, 2, ...).", type: int}
+    plan: {description: "The attempt's plan, fixed for the attempt.", type: dict}
+    resumes_from: {description: "The checkpoint iteration it resumed from, or none.", type: int}
+    outcome: {description: "How it ended (state, kind, node, reason), from C(end) on.", type: dict}
+    decision: {description: "C(retry) and C(reason), from C(judge) on.", type: dict}
+    next: {description: "end, relaunch or replan.", type: str}
+    lost: {description: "The nodes it lost, each with why.", type: dict}
+    message: {description: "The line to print after a judged attempt.", type: str}
+    next_plan: {description: "The next attempt's plan (the re-plan, or the same plan), when one follows.", type: dict}
+"""

@@ -1,0 +1,146 @@
+"""The run's attempts as a state machine (trainops.attempts): each step from what the nodes report, the state in
+the run's attempts.json, and the records and decisions train.yml acts on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from presets import load_preset
+from trainops.attempts import STATE_FILE, AttemptError, Attempts
+from trainops.plan import make_plan
+
+HOSTS = [
+    {"name": f"node{i}", "ansible_host": f"172.30.0.{10 + i}", "slots": 2, "accelerator": "cpu"} for i in (1, 2, 3)
+]
+NAMES = [host["name"] for host in HOSTS]
+OPTIONS = {"max_restarts": 2, "elastic": False, "min_nodes": 1}
+FANOUT_OK = {"rc": 0, "stdout": "", "stderr": ""}
+LINE = {"iteration": 13}
+
+
+def _plan(hosts=HOSTS, gbs=12):
+    layout = {"train_iters": 100, "seq_length": 128, "gbs": gbs, "precision": "bf16"}
+    return make_plan(model=load_preset("tiny"), hosts=hosts, layout=layout, run_id="r1", exp_name="attempts")
+
+
+def _exited(node="node2"):
+    return {"state": "failed", "kind": "exited", "node": node, "reason": f"torchrun on {node} exited with status 1",
+            "last_iteration": LINE, "first_iteration_s": 5.0}  # fmt: skip
+
+
+def _summary(last=13):
+    return {"last_iteration": last, "failure": {"kind": "child_failed", "message": "boom"}, "failure_text": "boom"}
+
+
+def _reread(tmp_path) -> Attempts:
+    """A new instance: every step must work from attempts.json alone."""
+    return Attempts(str(tmp_path))
+
+
+def test_a_cured_failure_relaunches_from_the_checkpoint_then_finishes(tmp_path):
+    plan = _plan()
+    first = Attempts(str(tmp_path)).begin(plan, "", now=100.0)
+    assert (first["number"], first["resumes_from"], first["plan"]["run_id"]) == (1, None, "r1")
+    assert _reread(tmp_path).end(FANOUT_OK, _exited(), now=160.0)["outcome"]["kind"] == "exited"
+    judged = _reread(tmp_path).judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": True}, ["node1",
+                                     "node2", "node3"], {})  # fmt: skip
+    assert judged["next"] == "relaunch" and judged["decision"]["retry"]
+    assert judged["message"] == (
+        "attempt 1 failed: torchrun on node2 exited with status 1 -> attempt 1 failed (exited): restart 1 of 2; "
+        "starting attempt 2 from checkpoint 10"
+    )
+    record = json.loads((tmp_path / "attempt-1" / "attempt.json").read_text())
+    assert (record["resumed_from"], record["checkpoint_at_end"], record["last_iteration"]) == (None, 10, 13)
+    (tmp_path / "node1").mkdir()  # a collected node's logs: set aside into attempt-1/ by prepare
+    assert _reread(tmp_path).prepare(restarting=True)["next"] == "relaunch"
+    assert (tmp_path / "attempt-1" / "node1").is_dir() and (tmp_path / STATE_FILE).is_file()
+    second = _reread(tmp_path).begin(plan, "ignored after the first attempt", now=200.0)
+    assert (second["number"], second["resumes_from"], second["outcome"]) == (2, 10, None)
+    done = _reread(tmp_path).end(FANOUT_OK, {"state": "finished"}, now=260.0)
+    assert done["outcome"] == {"state": "finished"} and done["decision"] is None
+
+
+def test_stop_yml_between_the_attempts_ends_the_restarts(tmp_path):
+    attempts = Attempts(str(tmp_path))
+    attempts.begin(_plan(), "", now=0.0)
+    attempts.end(FANOUT_OK, _exited(), now=10.0)
+    attempts.judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": True}, ["node1", "node2", "node3"], {})
+    ended = attempts.prepare(restarting=False)
+    assert ended["next"] == "end" and ended["decision"]["reason"] == "stop.yml stopped the run: no new attempt"
+    with pytest.raises(AttemptError, match="was not followed by another"):
+        attempts.begin(_plan(), "", now=20.0)
+    assert not (tmp_path / "attempt-1" / "plan").exists()  # nothing set aside: the run ends here
+
+
+def test_the_restart_mark_gone_at_the_judgement_ends_the_run(tmp_path):
+    attempts = Attempts(str(tmp_path))
+    attempts.begin(_plan(), "7", now=0.0)
+    attempts.end(FANOUT_OK, _exited(), now=10.0)
+    judged = attempts.judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": False}, ["node1", "node2",
+                            "node3"], {})  # fmt: skip
+    assert judged["next"] == "end" and "stop.yml" in judged["decision"]["reason"] and judged["resumes_from"] == 7
+
+
+def test_a_lost_node_is_replanned_around_with_elastic(tmp_path):
+    attempts = Attempts(str(tmp_path))
+    plan = attempts.begin(_plan(), "", now=0.0)["plan"]
+    attempts.end(FANOUT_OK, {"state": "failed", "kind": "lost", "node": "node3", "reason": "node3 lost"}, now=9.0)
+    reach = {"node3": {"unreachable": True, "msg": "ssh: connect to host 172.30.0.13: No route"}}
+    judged = attempts.judge(dict(OPTIONS, elastic=True), _summary(), {"checkpoint": "10", "restarting": True},
+                            ["node1", "node2"], reach)  # fmt: skip
+    assert judged["next"] == "replan" and list(judged["lost"]) == ["node3"]
+    assert "left the play" in judged["lost"]["node3"]
+    smaller = _plan(HOSTS[:2])
+    replanned = attempts.replanned(smaller)
+    assert "nodes 3 -> 2" in replanned["decision"]["reason"] and "node3 left out" in replanned["decision"]["reason"]
+    attempts.prepare(restarting=True)
+    second = attempts.begin(plan, "", now=20.0)
+    assert [n["name"] for n in second["plan"]["nodes"]] == ["node1", "node2"]
+    assert second["plan"]["resume"] == {"iteration": 10, "from": plan["checkpoint_dir"]}
+
+
+def test_a_refused_replan_ends_the_run_saying_why(tmp_path):
+    attempts = Attempts(str(tmp_path))
+    attempts.begin(_plan(), "", now=0.0)
+    attempts.end(FANOUT_OK, {"state": "failed", "kind": "lost", "node": "node3", "reason": "node3 lost"}, now=9.0)
+    attempts.judge(dict(OPTIONS, elastic=True), _summary(), {"checkpoint": "10", "restarting": True},
+                   ["node1", "node2"], {})  # fmt: skip
+    refused = attempts.replanned(refused="gbs 12 is not a multiple of dp 4 x mbs 1 ")
+    assert refused["next"] == "end"
+    assert (
+        refused["decision"]["reason"]
+        == "the re-plan without node3 was refused: gbs 12 is not a multiple of dp 4 x mbs 1"
+    )
+
+
+def test_slurm_amends_the_outcome_before_the_judgement(tmp_path):
+    attempts = Attempts(str(tmp_path))
+    attempts.begin(_plan(), "", now=0.0)
+    with pytest.raises(AttemptError, match="has not ended"):
+        attempts.amend({"state": "failed"})
+    attempts.end(FANOUT_OK, {"state": "finished"}, now=9.0)
+    timed_out = {"state": "failed", "kind": "timeout", "node": "node1", "reason": "Slurm job 7 TIMEOUT"}
+    assert attempts.amend(timed_out)["outcome"]["kind"] == "timeout"
+    judged = attempts.judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": True}, NAMES, {})
+    assert judged["next"] == "end" and "not one a restart cures" in judged["decision"]["reason"]
+
+
+def test_a_failed_fanout_is_named_on_the_master_and_a_lost_master_reads_no_marks(tmp_path):
+    attempts = Attempts(str(tmp_path))
+    attempts.begin(_plan(), "", now=0.0)
+    ended = attempts.end({"rc": 255, "stderr": "ssh: connect refused", "stdout": ""}, None, now=1.0)
+    assert (ended["outcome"]["kind"], ended["outcome"]["node"]) == ("launch", "node1")
+    judged = attempts.judge(OPTIONS, None, None, ["node1", "node2", "node3"], {})
+    assert judged["next"] == "end" and "not one a restart cures" in judged["decision"]["reason"]
+
+
+def test_steps_out_of_order_are_refused(tmp_path):
+    attempts = Attempts(str(tmp_path))
+    with pytest.raises(AttemptError, match="no attempt has begun"):
+        attempts.end(FANOUT_OK, None, now=0.0)
+    attempts.begin(_plan(), "", now=0.0)
+    attempts.end(FANOUT_OK, _exited(), now=1.0)
+    attempts.judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": True}, ["node1", "node2", "node3"], {})
+    with pytest.raises(AttemptError, match="was not to be re-planned"):
+        attempts.replanned(_plan())
