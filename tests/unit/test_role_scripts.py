@@ -55,6 +55,13 @@ def test_pack_logs_packs_the_nodes_logs_with_its_launch_output_and_exit_status(t
     assert not (tmp_path / "pack.tgz.tmp").exists()
 
 
+def test_pack_logs_writes_no_empty_pack_for_a_node_whose_launch_did_not_start(tmp_path):
+    (tmp_path / "run").mkdir()
+    pack = tmp_path / "node2.tgz"
+    done = run("collect", "pack_logs.py", "--run-dir", str(tmp_path / "run"), "--node", "node2", "--pack", str(pack))
+    assert done.returncode == 3 and "its launch did not start" in done.stderr and not pack.exists()
+
+
 def test_pack_logs_names_a_missing_run_directory(tmp_path):
     done = run("collect", "pack_logs.py", "--run-dir", str(tmp_path / "gone"), "--node", "n", "--pack", "/tmp/x.tgz")
     assert done.returncode == 2

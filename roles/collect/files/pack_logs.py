@@ -18,7 +18,9 @@ import sys
 import tarfile
 
 
-def pack(run_dir: str, node: str, pack_path: str) -> None:
+def pack(run_dir: str, node: str, pack_path: str) -> int:
+    """Pack the node's logs (with its launch output and exit status) into ``pack_path``; the number of entries
+    (none: nothing is written, there is nothing to collect)."""
     logs = os.path.join(run_dir, "logs", node)
     os.makedirs(logs, exist_ok=True)
     extras = {os.path.join(run_dir, "logs", f"launch-{node}.out"): "launch.out",
@@ -26,10 +28,14 @@ def pack(run_dir: str, node: str, pack_path: str) -> None:
     for source, name in extras.items():
         if os.path.isfile(source):
             shutil.copyfile(source, os.path.join(logs, name))
+    entries = sorted(os.listdir(logs))
+    if not entries:
+        return 0
     with tarfile.open(pack_path + ".tmp", "w:gz") as tar:
-        for entry in sorted(os.listdir(logs)):
+        for entry in entries:
             tar.add(os.path.join(logs, entry), arcname=f"./{entry}")
     os.replace(pack_path + ".tmp", pack_path)
+    return len(entries)
 
 
 def set_aside(run_dir: str, node: str, target: str) -> list[str]:
@@ -62,7 +68,9 @@ def main(argv: list[str]) -> int:
     if args.set_aside:
         print(" ".join(set_aside(args.run_dir, args.node, args.set_aside)))
         return 0
-    pack(args.run_dir, args.node, args.pack)
+    if not pack(args.run_dir, args.node, args.pack):
+        print("no logs on this node: its launch did not start (see the master's fan-out)", file=sys.stderr)
+        return 3
     return 0
 
 
