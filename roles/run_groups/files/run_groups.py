@@ -12,9 +12,10 @@ found by that mark, not by the group. A launch counts as live only while a proce
 the run directory or carries its mark, so a recycled process-group id is never signalled. ``stop`` first kills
 every process of the launch that is stopped (state T, a ``kill -STOP``: it could not act on SIGTERM until
 continued, so a grace period would only be waited out), then sends SIGTERM to the group and every marked process,
-waits up to the grace period, then sends SIGKILL, and checks that none is left. With ``--cancel-restarts`` (stop.yml) it also removes the ``restarting`` mark of every run
-(``<run dir>/restarting``, written by a train.yml that restarts the run after a failure: ``-e max_restarts``),
-so that train.yml starts no new attempt. It prints one JSON object.
+waits up to the grace period, then sends SIGKILL, and checks that none is left. With ``--cancel-restarts``
+(stop.yml) it also removes the ``restarting`` mark of every run (``<run dir>/restarting``, written by a train.yml
+that restarts the run after a failure: ``-e max_restarts``), so that train.yml starts no new attempt. It prints
+one JSON object.
 """
 
 import argparse
