@@ -33,6 +33,7 @@ ARGUMENT_SPEC = {
     "run_dir": {"type": "path", "required": True},
     "plan": {"type": "dict"},
     "resumes_from": {"type": "raw"},
+    "run_started": {"type": "float"},
     "fanout": {"type": "dict"},
     "watch": {"type": "raw"},
     "outcome": {"type": "dict"},
@@ -65,7 +66,7 @@ class ActionModule(ActionBase):
         step = args["step"]
         try:
             if step == "begin":
-                view = attempts.begin(args["plan"], args["resumes_from"], time.time())
+                view = attempts.begin(args["plan"], args["resumes_from"], time.time(), float(args["run_started"]))
             elif step == "end":
                 view = attempts.end(args["fanout"] or {}, args["watch"] or None, time.time())
             elif step == "amend":

@@ -38,6 +38,10 @@ options:
   resumes_from:
     description: C(begin) of the first attempt, the text of the checkpoint's tracker file on the master ('' for none).
     type: raw
+  run_started:
+    description: C(begin), when this train.yml run started (epoch seconds); a state another run left under the same
+      run id is kept aside as C(attempts-<its start>.json) and this run starts afresh.
+    type: float
   fanout:
     description: C(end), the fan-out's result on the master (its C(rc), C(stdout), C(stderr)).
     type: dict

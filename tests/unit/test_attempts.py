@@ -40,7 +40,7 @@ def _reread(tmp_path) -> Attempts:
 
 def test_a_cured_failure_relaunches_from_the_checkpoint_then_finishes(tmp_path):
     plan = _plan()
-    first = Attempts(str(tmp_path)).begin(plan, "", now=100.0)
+    first = Attempts(str(tmp_path)).begin(plan, "", now=100.0, run_started=1.0)
     assert (first["number"], first["resumes_from"], first["plan"]["run_id"]) == (1, None, "r1")
     assert _reread(tmp_path).end(FANOUT_OK, _exited(), now=160.0)["outcome"]["kind"] == "exited"
     judged = _reread(tmp_path).judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": True}, ["node1",
@@ -55,7 +55,7 @@ def test_a_cured_failure_relaunches_from_the_checkpoint_then_finishes(tmp_path):
     (tmp_path / "node1").mkdir()  # a collected node's logs: set aside into attempt-1/ by prepare
     assert _reread(tmp_path).prepare(restarting=True)["next"] == "relaunch"
     assert (tmp_path / "attempt-1" / "node1").is_dir() and (tmp_path / STATE_FILE).is_file()
-    second = _reread(tmp_path).begin(plan, "ignored after the first attempt", now=200.0)
+    second = _reread(tmp_path).begin(plan, "ignored after the first attempt", now=200.0, run_started=1.0)
     assert (second["number"], second["resumes_from"], second["outcome"]) == (2, 10, None)
     done = _reread(tmp_path).end(FANOUT_OK, {"state": "finished"}, now=260.0)
     assert done["outcome"] == {"state": "finished"} and done["decision"] is None
@@ -63,19 +63,19 @@ def test_a_cured_failure_relaunches_from_the_checkpoint_then_finishes(tmp_path):
 
 def test_stop_yml_between_the_attempts_ends_the_restarts(tmp_path):
     attempts = Attempts(str(tmp_path))
-    attempts.begin(_plan(), "", now=0.0)
+    attempts.begin(_plan(), "", now=0.0, run_started=1.0)
     attempts.end(FANOUT_OK, _exited(), now=10.0)
     attempts.judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": True}, ["node1", "node2", "node3"], {})
     ended = attempts.prepare(restarting=False)
     assert ended["next"] == "end" and ended["decision"]["reason"] == "stop.yml stopped the run: no new attempt"
     with pytest.raises(AttemptError, match="was not followed by another"):
-        attempts.begin(_plan(), "", now=20.0)
+        attempts.begin(_plan(), "", now=20.0, run_started=1.0)
     assert not (tmp_path / "attempt-1" / "plan").exists()  # nothing set aside: the run ends here
 
 
 def test_the_restart_mark_gone_at_the_judgement_ends_the_run(tmp_path):
     attempts = Attempts(str(tmp_path))
-    attempts.begin(_plan(), "7", now=0.0)
+    attempts.begin(_plan(), "7", now=0.0, run_started=1.0)
     attempts.end(FANOUT_OK, _exited(), now=10.0)
     judged = attempts.judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": False}, ["node1", "node2",
                             "node3"], {})  # fmt: skip
@@ -84,7 +84,7 @@ def test_the_restart_mark_gone_at_the_judgement_ends_the_run(tmp_path):
 
 def test_a_lost_node_is_replanned_around_with_elastic(tmp_path):
     attempts = Attempts(str(tmp_path))
-    plan = attempts.begin(_plan(), "", now=0.0)["plan"]
+    plan = attempts.begin(_plan(), "", now=0.0, run_started=1.0)["plan"]
     attempts.end(FANOUT_OK, {"state": "failed", "kind": "lost", "node": "node3", "reason": "node3 lost"}, now=9.0)
     reach = {"node3": {"unreachable": True, "msg": "ssh: connect to host 172.30.0.13: No route"}}
     judged = attempts.judge(dict(OPTIONS, elastic=True), _summary(), {"checkpoint": "10", "restarting": True},
@@ -95,14 +95,14 @@ def test_a_lost_node_is_replanned_around_with_elastic(tmp_path):
     replanned = attempts.replanned(smaller)
     assert "nodes 3 -> 2" in replanned["decision"]["reason"] and "node3 left out" in replanned["decision"]["reason"]
     attempts.prepare(restarting=True)
-    second = attempts.begin(plan, "", now=20.0)
+    second = attempts.begin(plan, "", now=20.0, run_started=1.0)
     assert [n["name"] for n in second["plan"]["nodes"]] == ["node1", "node2"]
     assert second["plan"]["resume"] == {"iteration": 10, "from": plan["checkpoint_dir"]}
 
 
 def test_a_refused_replan_ends_the_run_saying_why(tmp_path):
     attempts = Attempts(str(tmp_path))
-    attempts.begin(_plan(), "", now=0.0)
+    attempts.begin(_plan(), "", now=0.0, run_started=1.0)
     attempts.end(FANOUT_OK, {"state": "failed", "kind": "lost", "node": "node3", "reason": "node3 lost"}, now=9.0)
     attempts.judge(dict(OPTIONS, elastic=True), _summary(), {"checkpoint": "10", "restarting": True},
                    ["node1", "node2"], {})  # fmt: skip
@@ -116,7 +116,7 @@ def test_a_refused_replan_ends_the_run_saying_why(tmp_path):
 
 def test_slurm_amends_the_outcome_before_the_judgement(tmp_path):
     attempts = Attempts(str(tmp_path))
-    attempts.begin(_plan(), "", now=0.0)
+    attempts.begin(_plan(), "", now=0.0, run_started=1.0)
     with pytest.raises(AttemptError, match="has not ended"):
         attempts.amend({"state": "failed"})
     attempts.end(FANOUT_OK, {"state": "finished"}, now=9.0)
@@ -128,7 +128,7 @@ def test_slurm_amends_the_outcome_before_the_judgement(tmp_path):
 
 def test_a_failed_fanout_is_named_on_the_master_and_a_lost_master_reads_no_marks(tmp_path):
     attempts = Attempts(str(tmp_path))
-    attempts.begin(_plan(), "", now=0.0)
+    attempts.begin(_plan(), "", now=0.0, run_started=1.0)
     ended = attempts.end({"rc": 255, "stderr": "ssh: connect refused", "stdout": ""}, None, now=1.0)
     assert (ended["outcome"]["kind"], ended["outcome"]["node"]) == ("launch", "node1")
     judged = attempts.judge(OPTIONS, None, None, ["node1", "node2", "node3"], {})
@@ -139,8 +139,18 @@ def test_steps_out_of_order_are_refused(tmp_path):
     attempts = Attempts(str(tmp_path))
     with pytest.raises(AttemptError, match="no attempt has begun"):
         attempts.end(FANOUT_OK, None, now=0.0)
-    attempts.begin(_plan(), "", now=0.0)
+    attempts.begin(_plan(), "", now=0.0, run_started=1.0)
     attempts.end(FANOUT_OK, _exited(), now=1.0)
     attempts.judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": True}, ["node1", "node2", "node3"], {})
     with pytest.raises(AttemptError, match="was not to be re-planned"):
         attempts.replanned(_plan())
+
+
+def test_a_new_train_yml_run_under_the_same_run_id_starts_afresh_keeping_the_old_state(tmp_path):
+    attempts = Attempts(str(tmp_path))
+    attempts.begin(_plan(), "", now=0.0, run_started=1000.0)
+    attempts.end(FANOUT_OK, {"state": "finished"}, now=10.0)
+    again = _reread(tmp_path).begin(_plan(), "30", now=50.0, run_started=2000.0)
+    assert (again["number"], again["resumes_from"], again["outcome"]) == (1, 30, None)
+    kept = json.loads((tmp_path / "attempts-1000.json").read_text())
+    assert kept["current"]["outcome"] == {"state": "finished"} and kept["run_started"] == 1000.0

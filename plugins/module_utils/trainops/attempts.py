@@ -93,9 +93,19 @@ class Attempts:
         }
 
     # --- the steps -------------------------------------------------------------------------------------------
-    def begin(self, plan: Mapping[str, Any], resumes_from: Any, now: float) -> dict[str, Any]:
+    def begin(self, plan: Mapping[str, Any], resumes_from: Any, now: float, run_started: float) -> dict[str, Any]:
         """Attempt k begins. The first takes ``plan`` and ``resumes_from`` (the checkpoint tracker's text the
-        check play read); a later one the re-plan, or the plan, of the attempt before and its last checkpoint."""
+        check play read); a later one the re-plan, or the plan, of the attempt before and its last checkpoint.
+
+        ``run_started`` names the train.yml run: a state left by another run under the same run id (``-e
+        run_id``) is kept as ``attempts-<its start>.json`` and this run starts afresh."""
+        if self.state.get("run_started") not in (None, run_started):
+            os.replace(
+                os.path.join(self.run_dir, STATE_FILE),
+                os.path.join(self.run_dir, f"attempts-{self.state['run_started']:.0f}.json"),
+            )
+            self.state = {"records": [], "current": None, "next": None}
+        self.state["run_started"] = run_started
         before = self.state["current"]
         if before is not None and before.get("next_step") not in ("relaunch", "replan"):
             raise AttemptError(f"attempt {before['number']} was not followed by another")

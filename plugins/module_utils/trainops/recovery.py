@@ -201,6 +201,7 @@ def goodput(attempts: Sequence[Mapping[str, Any]], seconds_per_iteration: float 
 ATTEMPT_PREFIX = "attempt-"
 #: What stays in the run's directory when an attempt is set aside: the plan, the attempts' state, the earlier attempts.
 _KEPT = ("plan", "attempts.json")
+_KEPT_PREFIXES = ("attempts-",)
 
 
 def attempt_dir(run_dir: str, attempt: int) -> str:
@@ -226,7 +227,7 @@ def write_attempt(
     os.makedirs(target, exist_ok=True)
     if set_aside:
         for name in sorted(os.listdir(run_dir)):
-            if name in _KEPT or name.startswith(ATTEMPT_PREFIX) or name.startswith("."):
+            if name in _KEPT or name.startswith((ATTEMPT_PREFIX, ".", *_KEPT_PREFIXES)):
                 continue
             os.replace(os.path.join(run_dir, name), os.path.join(target, name))
     for name, content in (("attempt.json", record), ("plan.json", plan)):
