@@ -61,6 +61,12 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
         assert (run_dir / node / "launch.out").exists() and (run_dir / node / "exit.rc").read_text().strip() == "0"
     _no_injection()
 
+    # A run id names one run: -e run_id of this run is refused on every node before anything starts.
+    reused = playbook("train.yml", *SMALL, "-e", "train_iters=20", "-e", ODD_EXP, "-e", f"run_id={run_dir.name}")
+    assert reused.returncode != 0 and f"run id {run_dir.name} belongs to an earlier run" in reused.stdout
+    assert "node1: the run directory" in reused.stdout and "node2: the run directory" in reused.stdout
+    assert "Start every node's launch" not in reused.stdout
+
     # report.yml collects the run again from the nodes and rebuilds its report.
     shutil.rmtree(run_dir / "node1")
     (run_dir / "summary.json").unlink()
