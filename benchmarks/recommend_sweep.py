@@ -18,6 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
+from trainops.backend import load_profiles  # noqa: E402
 from trainops.cluster import uniform_cluster  # noqa: E402
 from trainops.layout import LayoutRequest, split_stages  # noqa: E402
 from trainops.model import model_from_dict  # noqa: E402
@@ -37,7 +38,7 @@ def main() -> None:
     print(f"{'model':<11} {'cards':>5} {'gbs':>5} {'layouts':>7} {'fit':>5} {'best s':>8} {'cold s':>8}")
     for name, nodes, slots, gbs in CASES:
         model = model_from_dict(yaml.safe_load((ROOT / "models" / f"{name}.yml").read_text()))
-        cluster = uniform_cluster(nodes, slots)
+        cluster = uniform_cluster(nodes, slots, load_profiles(str(ROOT / "backends")))
         times = []
         for i in range(args.repeat):
             if i == 0:

@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from presets import load_preset  # noqa: E402
+from presets import BACKENDS, load_preset  # noqa: E402
 from trainops.cluster import uniform_cluster  # noqa: E402
 from trainops.model import model_from_dict  # noqa: E402
 
@@ -32,9 +32,9 @@ def tiny():
 
 @pytest.fixture
 def two_nodes():
-    return uniform_cluster(2, 8)
+    return uniform_cluster(2, 8, BACKENDS)
 
 
 @pytest.fixture
 def one_node():
-    return uniform_cluster(1, 8)
+    return uniform_cluster(1, 8, BACKENDS)

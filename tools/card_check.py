@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 import yaml  # noqa: E402
-from trainops.cluster import CARDS  # noqa: E402
+from trainops.backend import load_profiles  # noqa: E402
 from trainops.megatron_log import parse_path  # noqa: E402
 from trainops.options import one_line  # noqa: E402
 from trainops.plan import make_plan  # noqa: E402
@@ -56,6 +56,9 @@ MEMORY_TOLERANCE = 0.10
 THROUGHPUT_FLOOR = 0.98
 WARMUP_ITERATIONS = 3
 RUN_TIMEOUT_S = 420
+#: The backend profiles: the cards the cuda profile knows are the ones this check can name.
+BACKENDS = load_profiles(str(ROOT / "backends"))
+CUDA_CARDS = BACKENDS["cuda"]["cards"]
 
 
 def find_cards(card: str | None, count: int | None) -> tuple[str, int, str]:
@@ -66,8 +69,8 @@ def find_cards(card: str | None, count: int | None) -> tuple[str, int, str]:
         torch = None
     if torch is not None and torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
-        found = next((known for known in CARDS if known in name.replace(" ", "")), None)
-        return card or found or "H100", count or torch.cuda.device_count(), name
+        found = next((known for known in CUDA_CARDS if known in name.replace(" ", "")), None)
+        return card or found or BACKENDS["cuda"]["default_card"], count or torch.cuda.device_count(), name
     if card is None:
         raise SystemExit("no CUDA card here: pass --card (H100, H200) with --dry-run")
     return card, count or 1, f"{card} (given, not detected)"
@@ -90,6 +93,7 @@ def plan_for(model: dict[str, Any], card: str, cards: int, work: Path, iters: in
     return make_plan(
         model=model,
         hosts=hosts,
+        backends=BACKENDS,
         layout={
             "tp": 1,
             "pp": 1,
@@ -324,7 +328,7 @@ def main() -> int:
         "device": device,
         "card": card,
         "cards": cards,
-        "peak_bf16_tflops": CARDS.get(card, {}).get("peak_tflops", {}).get("bf16"),
+        "peak_bf16_tflops": CUDA_CARDS.get(card, {}).get("peak_tflops", {}).get("bf16"),
         "dry_run": opts.dry_run,
         "models": {},
         "problems": [],

@@ -43,7 +43,7 @@ def inventory_nodes(
 def cluster(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The cluster in rank order: ``{"master": name, "master_addr", "nodes": [{name, addr, slots, node_rank}]}``."""
     try:
-        built = cluster_core.cluster_from_hosts(nodes)
+        built = cluster_core.cluster_from_hosts(nodes, backend_core.load_profiles(BACKENDS_DIR))
     except PlanError as exc:
         raise AnsibleFilterError(f"invalid inventory: {exc}") from None
     return {
@@ -83,6 +83,15 @@ def controller_path(value: Any, option: str) -> str:
     return os.path.abspath(os.path.expanduser(text))
 
 
+def backend_profiles(_accelerator: Any = None) -> dict[str, dict[str, Any]]:
+    """Every backend profile by accelerator, as they stand in backends/ (the planner reads their cards); the value
+    filtered (the run's accelerator) is not needed, a filter needs one."""
+    try:
+        return backend_core.load_profiles(BACKENDS_DIR)
+    except PlanError as exc:
+        raise AnsibleFilterError("; ".join(exc.problems)) from None
+
+
 def backend_profile(accelerator: Any, backend_env: Any = None) -> dict[str, Any]:
     """The backend profile of ``accelerator`` with the site's ``backend_env`` over its launch_env
     (trainops.backend); an unknown accelerator or a bad backend_env is refused, naming it."""
@@ -100,6 +109,7 @@ class FilterModule:
             "trainops_inventory_nodes": inventory_nodes,
             "trainops_cluster": cluster,
             "trainops_backend_profile": backend_profile,
+            "trainops_backend_profiles": backend_profiles,
             "trainops_node_facts": node_facts,
             "trainops_by_node": sizes_by_node,
             "trainops_controller_path": controller_path,

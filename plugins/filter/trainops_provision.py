@@ -24,24 +24,20 @@ def _filter_error(name: str, parse: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any) -> Any:
         try:
             return parse(*args)
-        except (gmi_core.GmiParseError, collective_core.CollectiveParseError) as exc:
+        except collective_core.CollectiveParseError as exc:
             raise AnsibleFilterError(f"{name}: {exc}") from None
 
     return wrapped
 
 
-#: Cards (index, name, bus_id, memory_total_mib, memory_used_mib, utilization_pct, processes).
-parse_mthreads_gmi = _filter_error("parse_mthreads_gmi", lambda text: gmi_core.parse_mthreads_gmi(text)["cards"])
-
-
-#: Cards plus the tool and driver versions.
-parse_mthreads_gmi_full = _filter_error("parse_mthreads_gmi", lambda text: gmi_core.parse_mthreads_gmi(text))
-
-
-#: Cards from nvidia-smi's CSV queries, in the same shape as parse_mthreads_gmi.
-parse_nvidia_smi = _filter_error(
-    "parse_nvidia_smi", lambda gpus, apps="": gmi_core.parse_nvidia_smi_csv(gpus, apps)["cards"]
-)
+def device_cards(output: str, device_tool: str, *more: str) -> dict[str, Any]:
+    """``{tool_version, driver_version, cards}`` from a device tool's output, by the tool's registered parser
+    (trainops.gmi.PARSERS); each card: index, name, bus_id, memory_total_mib, memory_used_mib, utilization_pct,
+    processes."""
+    try:
+        return gmi_core.parse_cards(device_tool, output, *more)
+    except gmi_core.GmiParseError as exc:
+        raise AnsibleFilterError(f"trainops_device_cards ({device_tool}): {exc}") from None
 
 
 #: rows, avg_busbw_gbps, largest_busbw_gbps, wrong, out_of_bounds of an all_reduce_perf run.
@@ -68,8 +64,6 @@ class FilterModule:
             "trainops_provision_rows": provision_rows,
             "trainops_collective_reusable": collective_reusable,
             "trainops_dataset_size_mismatch": dataset_size_mismatch,
-            "parse_mthreads_gmi": parse_mthreads_gmi,
-            "parse_mthreads_gmi_full": parse_mthreads_gmi_full,
-            "parse_nvidia_smi": parse_nvidia_smi,
+            "trainops_device_cards": device_cards,
             "parse_allreduce_perf": parse_allreduce_perf,
         }

@@ -29,6 +29,12 @@ options:
     type: list
     elements: dict
     required: true
+  backends:
+    description:
+      - Every backend profile by accelerator (C(backends/<accelerator>.yml)), for its cards' facts (memory, dense
+        peaks, bus bandwidth) and its default card; the C(trainops_backend_profiles) filter reads them.
+    type: dict
+    required: true
   layout:
     description:
       - The requested layout. Keys C(tp), C(pp), C(cp), C(vpp), C(mbs), C(num_microbatches) or C(gbs),
@@ -126,6 +132,7 @@ EXAMPLES = r"""
   megatron_layout:
     model: "{{ lookup('ansible.builtin.file', 'models/llama3-8b.yml') | from_yaml }}"
     hosts: "{{ groups['nodes'] | trainops_inventory_nodes(hostvars) }}"
+    backends: "{{ 'musa' | trainops_backend_profiles }}"
     layout: {tp: 1, pp: 2, mbs: 1, num_microbatches: 128}
     run_id: "20261130-101500"
   register: plan

@@ -14,8 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from presets import load_preset
-from trainops.plan import make_plan
+from presets import load_preset, make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 MEGATRON = os.environ.get("MEGATRON_LM_DIR")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from presets import load_preset
+from presets import load_preset, make_plan
 from trainops.attempts import STATE_FILE, AttemptError, Attempts
-from trainops.plan import make_plan
 
 HOSTS = [
     {"name": f"node{i}", "ansible_host": f"172.30.0.{10 + i}", "slots": 2, "accelerator": "cpu"} for i in (1, 2, 3)

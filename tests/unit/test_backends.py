@@ -6,13 +6,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from trainops.cluster import CARDS
+from presets import BACKENDS as PROFILES
+from trainops.backend import PEAK_PRECISIONS, card_problems, load_profile
+from trainops.cluster import REFERENCE_CARD, REFERENCE_PEAK_TFLOPS
+from trainops.errors import PlanError
 from trainops.plan import FLOPS_CONVENTIONS
 
 BACKENDS = Path(__file__).resolve().parents[2] / "backends"
+NAMES = sorted(path.stem for path in BACKENDS.glob("*.yml"))
 
 
-@pytest.mark.parametrize("name", ["musa", "cuda", "cpu"])
+@pytest.mark.parametrize("name", NAMES)
 def test_profile_keys(name):
     profile = yaml.safe_load((BACKENDS / f"{name}.yml").read_text())
     assert profile["megatron_flops_convention"] in FLOPS_CONVENTIONS
@@ -40,8 +44,35 @@ def test_every_musa_launch_variable_has_its_comment():
         since_comment += 1
 
 
-def test_every_card_has_a_peak_per_precision():
-    for card, facts in CARDS.items():
-        assert set(facts["peak_tflops"]) == {"bf16", "fp8"}, card
-    assert CARDS["S5000"]["peak_tflops"] == {"bf16": None, "fp8": None}
-    assert CARDS["H100"]["peak_tflops"] == {"bf16": 989, "fp8": 1979}
+@pytest.mark.parametrize("name", NAMES)
+def test_every_card_states_its_facts_and_their_source(name):
+    profile = PROFILES[name]
+    assert profile["default_card"] in profile["cards"]
+    for card, facts in profile["cards"].items():
+        assert set(facts["peak_tflops"]) == set(PEAK_PRECISIONS), card
+        assert facts["memory_gib"] > 0 and facts["intra_busbw_gbps"] > 0 and facts["source"].strip(), card
+
+
+def test_peaks_as_their_sources_state_them():
+    assert PROFILES["musa"]["cards"]["S5000"]["peak_tflops"] == {"bf16": None, "fp8": None}
+    assert PROFILES["musa"]["cards"]["S4000"]["peak_tflops"] == {"bf16": 100, "fp8": None}
+    assert PROFILES["cuda"]["cards"]["H100"]["peak_tflops"] == {"bf16": 989, "fp8": 1979}
+    # the cost model's stand-in rate for an unknown peak is the cuda profile's H100, not a figure of its own
+    assert PROFILES["cuda"]["cards"][REFERENCE_CARD]["peak_tflops"] == REFERENCE_PEAK_TFLOPS
+
+
+def test_a_card_without_its_facts_is_refused_naming_the_file_and_card(tmp_path):
+    profile = dict(PROFILES["cuda"], default_card="B200")
+    profile["cards"] = {
+        "H100": {"memory_gib": 80, "peak_tflops": {"bf16": 989}, "intra_busbw_gbps": 360, "source": "datasheet"},
+        "H20": {"memory_gib": 0, "peak_tflops": {"bf16": 148, "fp8": 296}, "intra_busbw_gbps": 360},
+    }
+    assert card_problems("cuda.yml", profile) == [
+        "cuda.yml: default_card 'B200' is not one of its cards (H100, H20)",
+        "cuda.yml: card H100: peak_tflops must give bf16 and fp8, each a number or null",
+        "cuda.yml: card H20 lacks source",
+        "cuda.yml: card H20: memory_gib must be a positive number",
+    ]
+    (tmp_path / "cuda.yml").write_text(yaml.safe_dump(profile))
+    with pytest.raises(PlanError, match="card H20 lacks source"):
+        load_profile(str(tmp_path), "cuda")

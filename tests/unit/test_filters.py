@@ -14,17 +14,32 @@ FILTERS = all_filters()
 
 def test_parsers_return_core_results():
     text = (ROOT / "tests" / "fixtures" / "mthreads-gmi" / "s5000-x8-gmi2.4.1.txt").read_text()
-    assert len(FILTERS["parse_mthreads_gmi"](text)) == 8
-    assert FILTERS["parse_mthreads_gmi_full"](text)["driver_version"] == "5.1.0-server"
+    parsed = FILTERS["trainops_device_cards"](text, "mthreads-gmi")
+    assert len(parsed["cards"]) == 8 and parsed["driver_version"] == "5.1.0-server"
 
 
 @pytest.mark.parametrize(
-    ("name", "args"),
-    [("parse_mthreads_gmi", ("garbage",)), ("parse_nvidia_smi", ("x",)), ("parse_allreduce_perf", ("",))],
+    ("name", "args", "words"),
+    [
+        ("trainops_device_cards", ("garbage", "mthreads-gmi"), "trainops_device_cards (mthreads-gmi): "),
+        ("trainops_device_cards", ("x", "nvidia-smi"), "trainops_device_cards (nvidia-smi): "),
+        ("trainops_device_cards", ("x", "rocm-smi"), "'rocm-smi' has no card parser"),
+        ("parse_allreduce_perf", ("",), "parse_allreduce_perf: "),
+    ],
 )
-def test_garbage_becomes_a_filter_error_naming_the_filter(name, args):
-    with pytest.raises(AnsibleFilterError, match=f"^{name}: "):
+def test_garbage_becomes_a_filter_error_naming_the_filter(name, args, words):
+    with pytest.raises(AnsibleFilterError, match=words.replace("(", r"\(").replace(")", r"\)")):
         FILTERS[name](*args)
+
+
+def test_every_profiles_device_tool_has_its_parser_and_its_task_file():
+    from presets import BACKENDS
+    from trainops.gmi import PARSERS
+
+    tools = {profile["device_tool"] for profile in BACKENDS.values()} - {""}
+    assert tools == set(PARSERS)
+    for tool in tools:
+        assert (ROOT / "roles" / "accelerator" / "tasks" / f"{tool}.yml").is_file(), tool
 
 
 def test_cluster_in_rank_order():

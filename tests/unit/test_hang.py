@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from presets import load_preset
+from presets import load_preset, make_plan
 from trainops import hang
-from trainops.plan import make_plan
 from trainops.watch import parse_diagnosis, watch_options
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "py-spy"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from presets import BACKENDS
 from trainops.cluster import uniform_cluster
 from trainops.errors import PlanError
 from trainops.layout import LayoutRequest, padded_vocab_size, plan_layout, split_stages
@@ -84,7 +85,7 @@ def test_gbs_not_divisible_suggests_neighbours(llama8b, two_nodes):
 
 
 def test_query_groups_rule_depends_on_version(llama70b):
-    cluster = uniform_cluster(2, 8)
+    cluster = uniform_cluster(2, 8, BACKENDS)
     problems = problems_of(llama70b, cluster, tp=16, megatron_version="0.14")
     assert "must be a divisor of the 8 query groups" in problems[0]
     assert plan_layout(llama70b, cluster, LayoutRequest(tp=16, megatron_version="0.16")).tp == 16

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from presets import load_preset
+from presets import BACKENDS, load_preset, make_plan
 from trainops.cluster import cluster_from_hosts
 from trainops.errors import PlanError
-from trainops.plan import make_plan
 from trainops.recommend import recommend
 
 HOSTS = [
@@ -71,7 +70,7 @@ def test_master_flag_moves_the_master_first():
 )
 def test_inventory_problems(hosts, needle):
     with pytest.raises(PlanError, match=needle):
-        cluster_from_hosts(hosts)
+        cluster_from_hosts(hosts, BACKENDS)
 
 
 def test_inventory_and_layout_problems_come_together():
@@ -121,7 +120,7 @@ def test_recommend_prefers_tp_inside_a_node(llama70b):
     from trainops.cluster import uniform_cluster
     from trainops.layout import LayoutRequest
 
-    ranked = recommend(llama70b, uniform_cluster(4, 8), LayoutRequest(), gbs=256)
+    ranked = recommend(llama70b, uniform_cluster(4, 8, BACKENDS), LayoutRequest(), gbs=256)
     best = next(r for r in ranked if r.fits)
     assert best.layout.tp <= 8
 

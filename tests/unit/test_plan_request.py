@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from presets import load_preset
-from trainops.plan import make_plan
+from presets import BACKENDS, load_preset, make_plan
 from trainops.plan_request import PlanRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +66,15 @@ def test_the_layout_role_passes_only_options_of_the_request():
 
 def test_from_options_converts_strings_and_keeps_defaults():
     request = PlanRequest.from_options(
-        {"model": {}, "hosts": [], "run_id": "r", "master_port": "14389", "force": "yes", "smoke": "off"}
+        {
+            "model": {},
+            "hosts": [],
+            "backends": {},
+            "run_id": "r",
+            "master_port": "14389",
+            "force": "yes",
+            "smoke": "off",
+        }
         | {"accelerator_memory_gib": "48", "memory_headroom_fraction": "0.2", "recommend": True}
     )
     assert (request.master_port, request.force, request.smoke, request.recommend) == (14389, True, False, True)
@@ -79,7 +86,15 @@ def test_from_options_converts_strings_and_keeps_defaults():
 
 def test_from_options_names_every_value_that_does_not_convert():
     request = PlanRequest.from_options(
-        {"model": {}, "hosts": [], "run_id": "r", "master_port": "abc", "force": "maybe", "recommend": ""}
+        {
+            "model": {},
+            "hosts": [],
+            "backends": {},
+            "run_id": "r",
+            "master_port": "abc",
+            "force": "maybe",
+            "recommend": "",
+        }
         | {"accelerator_peak_tflops": "fast", "smoke": "null"}
     )
     assert request.problems == (
@@ -94,13 +109,16 @@ def test_from_options_names_every_value_that_does_not_convert():
 
 def test_from_options_refuses_unknown_and_missing_options_as_keyword_arguments_would():
     with pytest.raises(TypeError, match=r"unknown plan option\(s\) \['want_recommendations'\]"):
-        PlanRequest.from_options({"model": {}, "hosts": [], "run_id": "r", "want_recommendations": True})
-    with pytest.raises(TypeError, match=r"missing plan option\(s\) \['hosts', 'run_id'\]"):
+        PlanRequest.from_options(
+            {"model": {}, "hosts": [], "backends": {}, "run_id": "r", "want_recommendations": True}
+        )
+    with pytest.raises(TypeError, match=r"missing plan option\(s\) \['hosts', 'backends', 'run_id'\]"):
         PlanRequest.from_options({"model": {}})
 
 
 def test_make_plan_takes_a_request_or_its_options():
-    options = {"model": load_preset("tiny"), "hosts": HOSTS, "layout": LAYOUT, "run_id": "r1", "smoke": "true"}
+    options = {"model": load_preset("tiny"), "hosts": HOSTS, "backends": BACKENDS, "layout": LAYOUT, "run_id": "r1"}
+    options["smoke"] = "true"
     assert make_plan(PlanRequest.from_options(options)) == make_plan(**options)
     with pytest.raises(TypeError, match="not both"):
         make_plan(PlanRequest.from_options(options), run_id="r2")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 from bundle_filters import all_filters
-from presets import load_preset
+from presets import load_preset, make_plan
 from trainops.errors import PlanError
-from trainops.plan import exp_name_problems, make_plan, with_resume
+from trainops.plan import exp_name_problems, with_resume
 
 ROOT = Path(__file__).resolve().parents[2]
 plan_with_resume = all_filters()["trainops_plan_with_resume"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from presets import BACKENDS
 from trainops.cluster import uniform_cluster
 from trainops.errors import PlanError
 from trainops.layout import LayoutRequest, plan_layout
@@ -40,7 +41,7 @@ requests = st.builds(
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=models, nodes=st.integers(1, 16), slots=st.sampled_from([1, 2, 4, 6, 8]), req=requests)
 def test_accepted_layouts_are_consistent_and_refusals_have_reasons(model, nodes, slots, req):
-    cluster = uniform_cluster(nodes, slots)
+    cluster = uniform_cluster(nodes, slots, BACKENDS)
     try:
         lay = plan_layout(model, cluster, req)
     except PlanError as exc:

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from presets import load_preset
+from presets import load_preset, make_plan
 from trainops.backend import load_profile
-from trainops.plan import make_plan
 
 pytestmark = pytest.mark.playbook
 

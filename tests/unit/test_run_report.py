@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from presets import load_preset
+from presets import load_preset, make_plan
 from trainops.megatron_log import parse_lines
-from trainops.plan import make_plan
 from trainops.run_report import (
     build_report,
     card_peak_tflops,

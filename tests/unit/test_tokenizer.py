@@ -6,9 +6,8 @@ import base64
 import json
 
 import pytest
-from presets import load_preset
+from presets import load_preset, make_plan
 from trainops.errors import PlanError
-from trainops.plan import make_plan
 from trainops.tokenizer import TokenizerFormatError, detect_format, megatron_tokenizer
 
 TOKENS = [b"a", b"b", b"ab", b" the"]

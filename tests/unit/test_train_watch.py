@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from presets import load_preset
+from presets import load_preset, make_plan
 from trainops.megatron_log import parse_lines
 from trainops.options import OPTIONS
-from trainops.plan import make_plan
 from trainops.watch import ProbeError, Progress, Watcher, WatchRequest, parse_probe
 from trainops.watch import judge_nodes as judge
 

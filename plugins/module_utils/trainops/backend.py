@@ -1,8 +1,9 @@
 """Backend profiles (``backends/<accelerator>.yml``): what each accelerator's stack provides and needs.
 
 One loader for every play: the profile of an accelerator, with the site's ``backend_env`` (inventory) laid over
-its ``launch_env``. A new backend is one profile file plus its device tool's task file under
-``roles/accelerator/tasks/<device_tool>.yml``.
+its ``launch_env``. A profile also holds its cards' facts (``cards``, ``default_card``): the planner has no
+table of its own. A new backend is its profile, its device tool's task file under
+``roles/accelerator/tasks/<device_tool>.yml``, and that tool's parser (``trainops.gmi.PARSERS``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROFILE_KEYS: dict[str, tuple[type, bool, str]] = {
     "name": (str, True, "The accelerator's name (the file's name)."),
     "device_tool": (str, True, "The device tool (mthreads-gmi, nvidia-smi), or empty for none."),
+    "default_card": (str, True, "The card a node has unless its accelerator_card says (one of cards)."),
+    "cards": (dict, True, "Each card's memory_gib, peak_tflops (bf16, fp8; null: unknown), intra_busbw_gbps, source."),
     "container_env": (dict, True, "Environment of the training container."),
     "visible_devices_env": (str, True, "The visible-devices variable the launch sets per node, or empty."),
     "torch_distributed_backend": (str, True, "torch.distributed backend (mccl, nccl, gloo)."),
@@ -41,6 +44,48 @@ PROFILE_KEYS: dict[str, tuple[type, bool, str]] = {
 }
 #: Keys every profile must have (the roles and templates read them).
 REQUIRED_KEYS = tuple(key for key, (_, required, _) in PROFILE_KEYS.items() if required)
+
+
+#: What each card of a profile states.
+CARD_KEYS = ("memory_gib", "peak_tflops", "intra_busbw_gbps", "source")
+#: The precisions a card states a dense peak for.
+PEAK_PRECISIONS = ("bf16", "fp8")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def card_problems(path: str, profile: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a profile's ``cards`` and ``default_card``: every card states its memory, a peak (or
+    null) per precision, its bus bandwidth and its source."""
+    cards = profile.get("cards")
+    if not isinstance(cards, Mapping) or not cards:
+        return []  # the key check names it
+    problems = []
+    if profile.get("default_card") not in cards:
+        problems.append(
+            f"{path}: default_card {profile.get('default_card')!r} is not one of its cards ({', '.join(cards)})"
+        )
+    for card, facts in cards.items():
+        where = f"{path}: card {card}"
+        if not isinstance(facts, Mapping):
+            problems.append(f"{where} must map {', '.join(CARD_KEYS)}")
+            continue
+        if missing := [key for key in CARD_KEYS if key not in facts]:
+            problems.append(f"{where} lacks {', '.join(missing)}")
+        problems += [f"{where}: {key} must be a positive number" for key in ("memory_gib", "intra_busbw_gbps")
+                     if key in facts and not _number(facts[key])]  # fmt: skip
+        peaks = facts.get("peak_tflops")
+        if "peak_tflops" in facts and (
+            not isinstance(peaks, Mapping)
+            or set(peaks) != set(PEAK_PRECISIONS)
+            or not all(v is None or _number(v) for v in peaks.values())
+        ):
+            problems.append(f"{where}: peak_tflops must give {' and '.join(PEAK_PRECISIONS)}, each a number or null")
+        if "source" in facts and not (isinstance(facts["source"], str) and facts["source"].strip()):
+            problems.append(f"{where}: source must say where its figures come from")
+    return problems
 
 
 def names(backends_dir: str) -> list[str]:
@@ -114,9 +159,15 @@ def load_profile(backends_dir: str, accelerator: str, site_env: Any = None) -> d
         if key in profile
         and (not isinstance(profile[key], kind) or (kind is not bool and isinstance(profile[key], bool)))
     ]
+    problems += card_problems(path, profile)
     problems += env_problems({} if site_env is None else site_env)
     problems += launch_set_problems(profile, site_env)
     if problems:
         raise PlanError(problems)
     env = {**(profile.get("launch_env") or {}), **{k: str(v) for k, v in (site_env or {}).items()}}
     return {**profile, "launch_env": env}
+
+
+def load_profiles(backends_dir: str) -> dict[str, dict[str, Any]]:
+    """Every profile, by accelerator (tools, tests, what-if planning)."""
+    return {name: load_profile(backends_dir, name) for name in names(backends_dir)}

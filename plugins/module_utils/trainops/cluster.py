@@ -16,34 +16,13 @@ from typing import Any
 from .errors import PlanError
 from .options import OptionError, convert
 
-ACCELERATORS = ("musa", "cuda", "cpu")
-
-#: Card facts by card name. ``memory_gib`` is the usable framebuffer; ``peak_tflops`` the dense (not sparse)
-#: tensor peak per precision, for MFU and the cost model, ``None`` where no public source states it;
-#: ``intra_busbw_gbps`` an all-reduce bus bandwidth inside one node. Override per site:
-#: ``-e accelerator_peak_tflops`` (the run's precision), ``accelerator_memory_gib``.
-CARDS: dict[str, dict[str, Any]] = {
-    # 80 GiB (81,920 MiB, as mthreads-gmi reports it). Peaks unknown: Moore Threads states "1000 TFLOPS
-    # of AI compute" per card (920 air-cooled; its 2026-02 S5000 disclosure, as reported by the press), which
-    # implies FP8 but is not stated as dense FP8; the 465 TFLOP/s some vendor Megatron builds divide by for MFU
-    # appears only in a commented-out line of the vendor patch, with no source. 234 GB/s: a public 8-card MCCL
-    # all-reduce bus bandwidth at 1 GiB.
-    "S5000": {"memory_gib": 80, "peak_tflops": {"bf16": None, "fp8": None}, "intra_busbw_gbps": 234},
-    # 48 GiB; BF16/FP16 100 TFLOP/s (Moore Threads' S4000 announcement, 2023-12: FP32 25, TF32 50, FP16/BF16
-    # 100, INT8 200 TOPS); third-generation MUSA has no FP8.
-    "S4000": {"memory_gib": 48, "peak_tflops": {"bf16": 100, "fp8": None}, "intra_busbw_gbps": 100},
-    # NVIDIA H100 SXM datasheet: BF16 1,979 and FP8 3,958 TFLOP/s "with sparsity", half that dense.
-    "H100": {"memory_gib": 80, "peak_tflops": {"bf16": 989, "fp8": 1979}, "intra_busbw_gbps": 360},
-    # NVIDIA H200 SXM datasheet: the same tensor peaks as H100 SXM (1,979 / 3,958 with sparsity), 141 GB.
-    "H200": {"memory_gib": 141, "peak_tflops": {"bf16": 989, "fp8": 1979}, "intra_busbw_gbps": 360},
-    # The CPU testbed: a nominal card so that the whole lifecycle can run; no peak (an MFU would mean nothing).
-    "cpu": {"memory_gib": 16, "peak_tflops": {"bf16": None, "fp8": None}, "intra_busbw_gbps": 5},
-}
-#: Where a card's peak for a precision is unknown, the cost model ranks layouts as if the card had an H100's
-#: (stated in the recommendation table). The ranking weighs compute against communication, so it needs a rate;
-#: its absolute tokens/s are then not that card's.
+#: Where a card's peak for a precision is unknown, the cost model ranks layouts as if the card had an H100's dense
+#: peaks (stated in the recommendation table; a test holds them to backends/cuda.yml's H100). The ranking weighs
+#: compute against communication, so it needs a rate; its absolute tokens/s are then not that card's.
 REFERENCE_CARD = "H100"
-DEFAULT_CARD = {"musa": "S5000", "cuda": "H100", "cpu": "cpu"}
+REFERENCE_PEAK_TFLOPS = {"bf16": 989, "fp8": 1979}
+#: All-reduce bus bandwidth inside one node of a card no profile knows (set with accelerator_memory_gib).
+DEFAULT_INTRA_BUSBW_GBPS = 5.0
 #: Per-card share of the inter-node network (GB/s), e.g. one 200 Gb/s NIC per card.
 DEFAULT_INTER_BUSBW_GBPS = 25.0
 
@@ -93,7 +72,7 @@ class Cluster:
         own = self.peak(precision)
         if own:
             return own, None
-        reference = CARDS[REFERENCE_CARD]["peak_tflops"][precision]
+        reference = REFERENCE_PEAK_TFLOPS[precision]
         return float(reference), (
             f"ranked as if each card had the {REFERENCE_CARD}'s dense {precision.upper()} peak ({reference} TFLOP/s): "
             f"{self.card} has no stated {precision} peak; tokens/s are relative (set -e accelerator_peak_tflops)"
@@ -141,11 +120,13 @@ def address_problem(name: str, key: str, addr: str) -> str | None:
 
 def cluster_from_hosts(
     hosts: Sequence[Mapping[str, Any]],
+    backends: Mapping[str, Mapping[str, Any]],
     accelerator_memory_gib: float | None = None,
     accelerator_peak_tflops: float | None = None,
     inter_busbw_gbps: float | None = None,
 ) -> Cluster:
-    """Build the cluster from inventory hosts (``name``, ``ansible_host``, ``slots``, ...).
+    """Build the cluster from inventory hosts (``name``, ``ansible_host``, ``slots``, ...) and the backend profiles
+    by accelerator (``backends/<accelerator>.yml``: each names its cards' facts and its default card).
 
     Every problem is collected and raised together as :class:`PlanError`.
     """
@@ -167,8 +148,11 @@ def cluster_from_hosts(
             problems.append(str(exc))
             slots = 1
         accel = host.get("accelerator", "musa")
-        if accel not in ACCELERATORS:
-            problems.append(f"node {name}: accelerator {accel!r} is unknown; use one of {', '.join(ACCELERATORS)}")
+        if accel not in backends:
+            problems.append(
+                f"node {name}: accelerator {accel!r} is unknown; use one of {', '.join(sorted(backends))} "
+                "(the profiles in backends/)"
+            )
         try:
             master = convert("master", host.get("master", False), f"node {name}")
         except OptionError as exc:
@@ -187,13 +171,16 @@ def cluster_from_hosts(
     accels = sorted({p[3] for p in parsed})
     if len(accels) > 1:
         problems.append(f"nodes mix accelerators {accels}; one job runs on one kind")
-    cards = sorted({str(p[5] or DEFAULT_CARD.get(p[3], "")) for p in parsed})
+    profile = backends.get(parsed[0][3]) or {}
+    known = profile.get("cards") or {}
+    cards = sorted({str(p[5] or profile.get("default_card", "")) for p in parsed})
     if len(cards) > 1:
         problems.append(f"nodes mix cards {cards}; one job runs on one kind")
     card = cards[0] if cards else ""
-    if card not in CARDS and accelerator_memory_gib is None:
+    if profile and card not in known and accelerator_memory_gib is None:
         problems.append(
-            f"card {card!r} has no known memory size; set accelerator_memory_gib (known cards: {', '.join(CARDS)})"
+            f"card {card!r} has no known memory size; set accelerator_memory_gib (the {profile.get('name')} "
+            f"profile's cards: {', '.join(known)})"
         )
     if problems:
         raise PlanError(problems)
@@ -201,8 +188,8 @@ def cluster_from_hosts(
     if masters:
         parsed.sort(key=lambda p: not p[4])  # stable: the master first, others keep order
     nodes = tuple(Node(name=p[0], addr=p[1], slots=p[2], node_rank=i) for i, p in enumerate(parsed))
-    facts = CARDS.get(card, CARDS["cpu"])
-    peaks = dict(facts["peak_tflops"]) if card in CARDS else {"bf16": None, "fp8": None}
+    facts = known.get(card) or {"memory_gib": accelerator_memory_gib, "intra_busbw_gbps": DEFAULT_INTRA_BUSBW_GBPS}
+    peaks = dict(facts.get("peak_tflops") or {"bf16": None, "fp8": None})
     if accelerator_peak_tflops:  # the site's figure for the run's precision (a plan has one)
         peaks = dict.fromkeys(peaks, float(accelerator_peak_tflops))
     return Cluster(
@@ -217,13 +204,15 @@ def cluster_from_hosts(
     )
 
 
-def uniform_cluster(num_nodes: int, slots: int, accelerator: str = "musa", **kwargs: Any) -> Cluster:
+def uniform_cluster(
+    num_nodes: int, slots: int, backends: Mapping[str, Mapping[str, Any]], accelerator: str = "musa", **kwargs: Any
+) -> Cluster:
     """A cluster of ``num_nodes`` identical nodes (benchmarks, tests, what-if planning)."""
     hosts = [
         {"name": f"node{i + 1}", "ansible_host": f"node{i + 1}", "slots": slots, "accelerator": accelerator}
         for i in range(num_nodes)
     ]
-    return cluster_from_hosts(hosts, **kwargs)
+    return cluster_from_hosts(hosts, backends, **kwargs)
 
 
 def node_ranks(plan: Mapping[str, Any]) -> dict[int, tuple[str, int]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 _HEADER = re.compile(r"mthreads-gmi\s*:\s*(\S+)\s+Driver Version\s*:\s*(\S+)", re.I)
@@ -178,3 +179,19 @@ def parse_nvidia_smi_csv(gpus_csv: str, apps_csv: str = "") -> dict[str, Any]:
                 {"pid": int(fields[1]), "name": fields[2], "memory_mib": _pct(fields[3])}
             )
     return {"tool_version": None, "driver_version": None, "cards": cards}
+
+
+#: The card parser of each device tool (a backend profile's ``device_tool``), the one place they are registered:
+#: the tool's output (and, for nvidia-smi, its compute-apps query) to ``{tool_version, driver_version, cards}``.
+#: A new backend's tool adds its parser here and its task file under roles/accelerator/tasks/<tool>.yml.
+PARSERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "mthreads-gmi": parse_mthreads_gmi,
+    "nvidia-smi": parse_nvidia_smi_csv,
+}
+
+
+def parse_cards(device_tool: str, *outputs: str) -> dict[str, Any]:
+    """The cards ``device_tool`` reports, by its registered parser; :class:`GmiParseError` for a tool without one."""
+    if device_tool not in PARSERS:
+        raise GmiParseError(f"device tool {device_tool!r} has no card parser (known: {', '.join(PARSERS)})")
+    return PARSERS[device_tool](*outputs)

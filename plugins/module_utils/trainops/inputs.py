@@ -153,6 +153,17 @@ def _accelerators(backends_dir: str) -> list[str]:
     return names(backends_dir) if backends_dir and os.path.isdir(backends_dir) else []
 
 
+def _profiles(backends_dir: str) -> dict[str, dict[str, Any]]:
+    """The profiles that load (a broken one is named by the accelerator's own check below)."""
+    profiles = {}
+    for name in _accelerators(backends_dir):
+        try:
+            profiles[name] = load_profile(backends_dir, name)
+        except PlanError:
+            profiles[name] = {"name": name}
+    return profiles
+
+
 def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out: Verdict) -> None:
     """Each host's own fields, and the cluster fields that must be the same on every node."""
     readers = [o for o in schema.OPTIONS.values() if o.where in ("host", "cluster")]  # the whole inventory
@@ -184,7 +195,12 @@ def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
     if nodes:
         hosts = [{"name": n, **{k: v for k, v in given.hostvars.get(n, {}).items()}} for n in nodes]
         try:
-            cluster_from_hosts(hosts, opts.get("accelerator_memory_gib"), opts.get("accelerator_peak_tflops"))
+            cluster_from_hosts(
+                hosts,
+                _profiles(given.backends_dir),
+                opts.get("accelerator_memory_gib"),
+                opts.get("accelerator_peak_tflops"),
+            )
         except PlanError as exc:
             out.problems += [f"inventory: {p}" for p in exc.problems]
         first = given.hostvars.get(nodes[0], {})

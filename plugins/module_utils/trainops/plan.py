@@ -181,7 +181,7 @@ def _checked(r: PlanRequest) -> _Checked:
     except PlanError as exc:
         problems += exc.problems
     try:
-        cluster = cluster_from_hosts(r.hosts, r.accelerator_memory_gib, r.accelerator_peak_tflops)
+        cluster = cluster_from_hosts(r.hosts, r.backends, r.accelerator_memory_gib, r.accelerator_peak_tflops)
     except PlanError as exc:
         problems += exc.problems
     request = _dataclass_from(LayoutRequest, r.layout, problems, "layout")

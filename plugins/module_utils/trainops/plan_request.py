@@ -89,6 +89,9 @@ class PlanRequest:
         "The nodes group's hosts in inventory order, each a mapping (name, ansible_host, slots, ...).",
         elements="dict",
     )
+    backends: Mapping[str, Mapping[str, Any]] = _option(
+        "dict", "Every backend profile by accelerator (backends/<accelerator>.yml): its cards and default card."
+    )
     layout: Mapping[str, Any] = _option(
         "dict", "The requested layout (tp, pp, mbs, ...); -e strings are converted.", default={}
     )
