@@ -3,7 +3,7 @@
 train.yml runs it with ``run_once`` and ``delegate_to: localhost``, so that its result (the current attempt:
 number, plan, outcome, decision, next step, message) is registered on every node of the play; the state itself is
 the core's, in ``<run_dir>/attempts.json``. The module file (plugins/modules/train_attempts.py) holds the
-documentation.
+documentation. The steps that decide (``judge``, ``replanned``) print what comes next.
 """
 
 from __future__ import annotations
@@ -20,8 +20,14 @@ if _CORE not in sys.path:
 
 from ansible.errors import AnsibleActionFail  # noqa: E402
 from ansible.plugins.action import ActionBase  # noqa: E402
+from ansible.utils.display import Display  # noqa: E402
 from trainops.attempts import AttemptError, Attempts  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
+from trainops.megatron_log import LogPathError  # noqa: E402
+from trainops.run_report import write_report  # noqa: E402
+from trainops.straggler import DEFAULT_RATIO  # noqa: E402
+
+display = Display()
 
 STEPS = ("begin", "end", "amend", "judge", "replanned", "prepare", "result")
 ARGUMENT_SPEC = {
@@ -38,7 +44,6 @@ ARGUMENT_SPEC = {
     "watch": {"type": "raw"},
     "outcome": {"type": "dict"},
     "options": {"type": "dict"},
-    "summary": {"type": "raw"},
     "marks": {"type": "raw"},
     "reach_result": {"type": "str", "default": "train_reach"},
     "refused": {"type": "str"},
@@ -79,15 +84,19 @@ class ActionModule(ActionBase):
                     n["name"]: hostvars[n["name"]].get(args["reach_result"]) if n["name"] in hostvars else None
                     for n in plan["nodes"]
                 }
-                summary = args["summary"] if isinstance(args["summary"], dict) else None
-                view = attempts.judge(args["options"] or {}, summary, _marks(args["marks"]), answering, reach)
+                options = args["options"] or {}
+                ratio = float(options.get("straggler_ratio") or DEFAULT_RATIO)
+                summary = write_report(args["run_dir"], plan, attempts.current["outcome"], ratio)
+                view = attempts.judge(options, summary, _marks(args["marks"]), answering, reach)
             elif step == "replanned":
                 view = attempts.replanned(args["plan"], args["refused"])
             elif step == "prepare":
                 view = attempts.prepare(bool(args["restarting"]))
             else:
-                view = attempts.result()
-        except (AttemptError, PlanError, ValueError) as exc:
+                view = attempts.view()
+        except (AttemptError, PlanError, ValueError, LogPathError, OSError) as exc:
             raise AnsibleActionFail(f"train_attempts {step}: {exc}") from exc
+        if step in ("judge", "replanned") and view.get("message"):
+            display.display(view["message"])
         result.update(changed=step in ("judge", "prepare"), attempt=view)
         return result

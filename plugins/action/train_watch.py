@@ -68,7 +68,7 @@ class ActionModule(ActionBase):
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=WatchRequest.argument_spec())
-        request = WatchRequest(**args)
+        request = WatchRequest.from_args(args, list(self._task.args))
         watcher = Watcher(request, time.monotonic())
         try:
             while True:

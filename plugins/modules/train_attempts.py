@@ -14,9 +14,11 @@ description:
     attempt before) and the checkpoint it resumes from.
   - C(end) keeps the attempt's outcome from the fan-out's result and the watcher's.
   - C(amend) replaces the outcome by one with Slurm's account of the job (C(-e launcher=slurm)).
-  - C(judge) (C(-e max_restarts)) records the attempt (C(attempt-<k>/attempt.json)), names the nodes it lost
-    (each node's registered ping, O(reach_result)) and decides the next step, C(end), C(relaunch) or C(replan).
-  - C(replanned) keeps the re-plan on the nodes that remain, or ends the run when it was O(refused).
+  - C(judge) (C(-e max_restarts)) parses the attempt's collected logs and writes their report in O(run_dir),
+    records the attempt (C(attempt-<k>/attempt.json)), names the nodes it lost (each node's registered ping,
+    O(reach_result)), decides the next step, C(end), C(relaunch) or C(replan), and prints it.
+  - C(replanned) keeps the re-plan on the nodes that remain, or ends the run when it was O(refused); it prints
+    what comes next.
   - C(prepare) ends the restarts when stop.yml removed the restart mark (O(restarting=false)), else sets the
     attempt's collected files aside into C(attempt-<k>/).
   - C(result) returns the last attempt for the report.
@@ -52,11 +54,8 @@ options:
     description: C(amend), the outcome with Slurm's account of the job.
     type: dict
   options:
-    description: C(judge), train.yml's watch options (C(max_restarts), C(elastic), C(min_nodes)).
+    description: C(judge), train.yml's watch options (C(max_restarts), C(elastic), C(min_nodes), C(straggler_ratio)).
     type: dict
-  summary:
-    description: C(judge), the report's summary of the attempt's logs.
-    type: raw
   marks:
     description: C(judge), what C(run_marks.py) printed on the master (the checkpoint, the restart mark).
     type: raw

@@ -81,6 +81,12 @@ options:
       last iteration is dated by the log''s age.'
     type: bool
     default: false
+  options:
+    description: train.yml's checked options as one mapping (the C(trainops_watch_options) filter's), each of
+      C(train_wait), C(poll_interval), C(progress_interval), C(start_timeout), C(hang_timeout), C(on_hang) and
+      C(straggler_ratio) sets its argument unless that argument is given itself; C(max_restarts) > 0 sets
+      O(restart_mark).
+    type: dict
   restart_mark:
     description: The run has train.yml's restart mark (C(<run_dir>/restarting), C(-e max_restarts)); when stop.yml
       removes it, the watch ends the attempt as C(failed) with kind C(stopped), so no attempt outlives stop.yml.

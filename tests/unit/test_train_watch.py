@@ -302,3 +302,16 @@ def test_the_watch_defaults_are_the_schemas():
     assert spec["wait"]["default"] == OPTIONS["train_wait"].default
     for name in ("poll_interval", "progress_interval", "start_timeout", "hang_timeout", "on_hang", "straggler_ratio"):
         assert spec[name]["default"] == OPTIONS[name].default, name
+
+
+def test_train_ymls_options_fill_every_argument_not_given_itself():
+    options = {"train_wait": 600.0, "poll_interval": 2.0, "progress_interval": 5.0, "start_timeout": 30.0}
+    options |= {"hang_timeout": None, "on_hang": "warn", "straggler_ratio": 1.5, "max_restarts": 2}
+    spec = WatchRequest.argument_spec()
+    args = {name: entry.get("default") for name, entry in spec.items()}
+    args |= {"plan": {}, "probe": "/r/probe.sh", "options": options, "poll_interval": 9.0}
+    request = WatchRequest.from_args(args, ["plan", "probe", "options", "poll_interval"])
+    assert (request.wait, request.progress_interval, request.start_timeout) == (600.0, 5.0, 30.0)
+    assert (request.hang_timeout, request.on_hang, request.straggler_ratio) == ("auto", "warn", 1.5)
+    assert request.poll_interval == 9.0 and request.restart_mark is True  # given itself: kept
+    assert request.options is None and request.diagnose_script == "/r/diagnose.sh"

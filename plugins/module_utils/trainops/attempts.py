@@ -39,7 +39,7 @@ from .outcome import train_outcome
 from .plan import tracker_iteration, with_resume
 
 #: The state file in the run's controller directory (kept there when an attempt's files are set aside).
-STATE_FILE = "attempts.json"
+STATE_FILE = recovery.STATE_FILE
 #: What comes after a judged attempt.
 NEXT = ("end", "relaunch", "replan")
 
@@ -216,10 +216,6 @@ class Attempts:
         else:
             recovery.write_attempt(self.run_dir, self.state["records"][-1], set_aside=True)
         self._save()
-        return self.view()
-
-    def result(self) -> dict[str, Any]:
-        """What the report reads: the last attempt's outcome, plan and decision (None without -e max_restarts)."""
         return self.view()
 
     def _say(self) -> None:

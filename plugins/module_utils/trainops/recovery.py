@@ -200,7 +200,9 @@ def goodput(attempts: Sequence[Mapping[str, Any]], seconds_per_iteration: float 
 #: Directory of one attempt in a run's controller directory (``runs/<exp>/<run_id>/attempt-<k>/``).
 ATTEMPT_PREFIX = "attempt-"
 #: What stays in the run's directory when an attempt is set aside: the plan, the attempts' state, the earlier attempts.
-_KEPT = ("plan", "attempts.json")
+#: The run's attempts state (trainops.attempts), kept in the run directory.
+STATE_FILE = "attempts.json"
+_KEPT = ("plan", STATE_FILE)
 _KEPT_PREFIXES = ("attempts-",)
 
 

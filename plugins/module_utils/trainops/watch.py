@@ -21,7 +21,7 @@ import json
 import os
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -106,13 +106,11 @@ UNREACHABLE_PROBES = 2
 RECENT_REPORTS = 2 * straggler.MIN_REPORTS
 
 
-def _arg(kind: str, doc: str, default: Any = MISSING, choices: tuple[str, ...] = ()) -> Any:
-    return field(default=default, metadata={"kind": kind, "doc": doc, "choices": choices})
-
-
-def _default(name: str) -> Any:
-    """The default of a watch argument that is also a train.yml option: the schema's."""
-    return OPTIONS[name].default
+def _arg(kind: str, doc: str, default: Any = MISSING, choices: tuple[str, ...] = (), option: str = "") -> Any:
+    """One argument; ``option``: the train.yml option it also is (its default is the schema's)."""
+    if option:
+        default = OPTIONS[option].default
+    return field(default=default, metadata={"kind": kind, "doc": doc, "choices": choices, "option": option})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,30 +130,37 @@ class WatchRequest:
     wait: float = _arg(
         "float",
         "Seconds to watch before returning C(running) while the run goes on; 0 probes once.",
-        _default("train_wait"),
+        None,
+        option="train_wait",
     )
-    poll_interval: float = _arg("float", "Seconds between probes (at least 1).", _default("poll_interval"))
+    poll_interval: float = _arg("float", "Seconds between probes (at least 1).", None, option="poll_interval")
     progress_interval: float = _arg(
-        "float", "Seconds between progress lines; 0 prints one at every new iteration.", _default("progress_interval")
+        "float",
+        "Seconds between progress lines; 0 prints one at every new iteration.",
+        None,
+        option="progress_interval",
     )
     start_timeout: float = _arg(
         "float",
         "Seconds a node may take to start its launch before the run is failed, naming it.",
-        _default("start_timeout"),
+        None,
+        option="start_timeout",
     )
     hang_timeout: Any = _arg(
         "raw",
         "Seconds without a new iteration line before the run is diagnosed as hung, or C(auto) (C(max(10 x p90 time "
         "between iteration lines, 300 s)); at least 1,800 s before the first iteration and while a checkpoint is "
         "being saved).",
-        _default("hang_timeout"),
+        None,
+        option="hang_timeout",
     )
-    on_hang: str = _arg("str", "What a diagnosed hang does.", _default("on_hang"), ("stop", "warn"))
+    on_hang: str = _arg("str", "What a diagnosed hang does.", None, ("stop", "warn"), option="on_hang")
     straggler_ratio: float = _arg(
         "float",
         "A rank whose compute time over a window of straggler reports is at least this many times the median of the "
         "other ranks' is named a straggler.",
-        _default("straggler_ratio"),
+        None,
+        option="straggler_ratio",
     )
     evidence_dir: str | None = _arg(
         "path", "Controller directory of the run; a hang's evidence goes to its C(hang/) subdirectory.", None
@@ -166,12 +171,35 @@ class WatchRequest:
         "the logs, and the last iteration is dated by the log's age.",
         False,
     )
+    options: Mapping[str, Any] | None = _arg(
+        "dict",
+        "train.yml's checked options as one mapping (the C(trainops_watch_options) filter's), each of C(train_wait), "
+        "C(poll_interval), C(progress_interval), C(start_timeout), C(hang_timeout), C(on_hang) and "
+        "C(straggler_ratio) sets its argument unless that argument is given itself; C(max_restarts) > 0 sets "
+        "O(restart_mark).",
+        None,
+    )
     restart_mark: bool = _arg(
         "bool",
         "The run has train.yml's restart mark (C(<run_dir>/restarting), C(-e max_restarts)); when stop.yml removes "
         "it, the watch ends the attempt as C(failed) with kind C(stopped), so no attempt outlives stop.yml.",
         False,
     )
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any], given: Sequence[str]) -> WatchRequest:
+        """The request from the action's validated ``args``: ``options`` fills each argument not in ``given``."""
+        values = dict(args)
+        options = values.pop("options", None) or {}
+        for f in fields(cls):
+            name = f.metadata["option"]
+            if name and name in options and f.name not in given:
+                values[f.name] = options[name]
+        if "max_restarts" in options and "restart_mark" not in given:
+            values["restart_mark"] = int(options["max_restarts"] or 0) > 0
+        if values.get("hang_timeout") is None:
+            values["hang_timeout"] = "auto"
+        return cls(**values)
 
     @classmethod
     def argument_spec(cls) -> dict[str, dict[str, Any]]:
