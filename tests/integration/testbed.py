@@ -43,6 +43,11 @@ def recap(output: str) -> dict[str, dict[str, int]]:
     return result
 
 
+def nodes_contacted(output: str) -> set[str]:
+    """The hosts other than the controller that a run's PLAY RECAP lists: none when it stopped before any node."""
+    return set(recap(output)) - {"localhost"}
+
+
 def docker(*args: str, check: bool = True, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
 
