@@ -28,6 +28,11 @@ def stale_plan_files(names: Sequence[str], plan: Mapping[str, Any]) -> list[str]
     return inputs_core.stale_plan_files(names, plan)
 
 
+def rendered_files(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What roles/render writes from templates/ for the plan: name, template, mode, node, label."""
+    return inputs_core.rendered_files(plan)
+
+
 def shell_arg_lines(args: Sequence[str], indent: int = 4) -> str:
     """Quote an argument vector for bash, one ``--flag value...`` group per continued line (trainops.shell)."""
     return shell_core.shell_arg_lines(args, indent)
@@ -50,5 +55,6 @@ class FilterModule:
             "trainops_shell_arg_lines": shell_arg_lines,
             "trainops_one_line": one_line,
             "trainops_stale_plan_files": stale_plan_files,
+            "trainops_rendered_files": rendered_files,
             "trainops_plan_with_resume": plan_with_resume,
         }

@@ -1,4 +1,5 @@
-"""The testbed fixture: brought up once per session with the project's own entry points."""
+"""The testbed fixtures: brought up once per session with the project's own entry points, provisioned once, and
+provisioned again only when a check shows that an earlier test left it unfit (a node restarted, a rank left)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 
 import pytest
 
-from testbed import ROOT, env, playbook
+from testbed import ROOT, env, playbook, unfit
 
 
 @pytest.fixture(scope="session")
@@ -23,10 +24,22 @@ def testbed():
         subprocess.run(["make", "testbed-down"], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def provisioned(testbed):
-    """Every node provisioned and idle (a module's own fixture of this name replaces this one)."""
+@pytest.fixture(scope="session")
+def provisioned_once(testbed):
+    """provision.yml once for the session, then stop.yml: every node provisioned and idle."""
     result = playbook("provision.yml")
     assert result.returncode == 0, result.stdout[-6000:]
     stop = playbook("stop.yml")
     assert stop.returncode == 0, stop.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def provisioned(provisioned_once):
+    """Every node provisioned and idle, shared by the modules: provision.yml and stop.yml run again only when the
+    check finds the testbed unfit (a module's own fixture of this name replaces this one)."""
+    if problems := unfit():
+        result = playbook("provision.yml")
+        assert result.returncode == 0, "\n".join(problems) + "\n" + result.stdout[-6000:]
+        stop = playbook("stop.yml")
+        assert stop.returncode == 0, stop.stdout[-3000:]
+        assert not unfit(), f"provision.yml and stop.yml left the testbed unfit: {unfit()}"

@@ -70,15 +70,6 @@ def _args(input_path: str, prefix: str, tokenizer: str = TOKENIZERS["sentencepie
 
 
 @pytest.fixture(scope="module")
-def provisioned(testbed):
-    """Every node provisioned as provision.yml leaves it (containers, their sshd, keys): a run on the second node
-    needs its sshd, which a container restarted since the last provision does not have."""
-    result = playbook("provision.yml")
-    assert result.returncode == 0, result.stdout[-6000:]
-    return testbed
-
-
-@pytest.fixture(scope="module")
 def fixtures(provisioned):
     in_container("node1", f"rm -rf {BASE} && mkdir -p {BASE}")
     _put(f"{BASE}/preprocess_throughput.py", (ROOT / "benchmarks" / "preprocess_throughput.py").read_bytes())

@@ -33,16 +33,6 @@ pytestmark = pytest.mark.testbed
 HANG_TIMEOUT = 30
 
 
-@pytest.fixture(scope="module")
-def provisioned(testbed):
-    playbook("stop.yml")  # a run left by an interrupted test would hold the rendezvous port
-    result = playbook("provision.yml")
-    assert result.returncode == 0, result.stdout[-6000:]
-    yield
-    stop = playbook("stop.yml")  # and none is left to the next module
-    assert stop.returncode == 0, stop.stdout[-3000:]
-
-
 def _evidence(run_dir: Path) -> dict[int, str]:
     """Every rank's evidence file, by global rank."""
     files = {}
@@ -120,11 +110,18 @@ def test_the_rank_outside_the_collective_is_the_odd_one_out(provisioned):
     _no_rank_left()
 
 
-def test_on_hang_warn_shows_the_diagnosis_and_keeps_watching(provisioned, tmp_path):
+def _files(top: Path) -> dict[str, float]:
+    """Every file under ``top`` with its modification time."""
+    return {str(path): path.stat().st_mtime for path in top.rglob("*") if path.is_file()}
+
+
+def test_on_hang_warn_shows_the_diagnosis_keeps_watching_and_status_names_the_culprit(provisioned, tmp_path):
+    """One hung run proves both: train.yml's on_hang=warn prints the diagnosis and watches on, and status.yml,
+    run meanwhile from another shell, names the same culprit and writes nothing."""
     exp = "hang-warn"
     _clean(exp)
     log = tmp_path / "train.out"
-    job = train_in_background("-e", "train_iters=2000", "-e", f"exp={exp}", "-e", "on_hang=warn", output=log)
+    job = train_in_background("-e", "train_iters=400", "-e", f"exp={exp}", "-e", "on_hang=warn", output=log)
     try:
         wait_for_iterations(exp)
         pid = rank_pid("node2", exp, 3)
@@ -136,6 +133,16 @@ def test_on_hang_warn_shows_the_diagnosis_and_keeps_watching(provisioned, tmp_pa
         warned = log.read_text()
         assert "hang suspected" in warned, warned[-4000:]
         assert job.poll() is None, "on_hang=warn ended the run"
+        # status.yml, while the rank is still stopped: the culprit named, nothing written outside the watcher's
+        # own evidence (train.yml's watcher, still running, may diagnose again into its run's hang/)
+        before = _files(ROOT / "runs")
+        status = playbook("playbooks/status.yml")
+        assert status.returncode == 0, status.stdout[-4000:]
+        assert re.search(r"hang     high confidence: node2 rank 3 \(local rank 1\): state T", status.stdout), (
+            status.stdout[-4000:]
+        )
+        written = {f for f, mtime in _files(ROOT / "runs").items() if before.get(f) != mtime}
+        assert not {f for f in written if f"/runs/{exp}/" not in f or "/hang/" not in f}, written
         in_container("node2", f"kill -CONT {pid}")
         job.wait(timeout=600)
     finally:
@@ -144,9 +151,9 @@ def test_on_hang_warn_shows_the_diagnosis_and_keeps_watching(provisioned, tmp_pa
     assert job.returncode == 0, output[-5000:]
     assert re.search(r"culprit node2 rank 3 \(local rank 1\): state T: stopped by a signal", output), output[-5000:]
     assert "on_hang=warn: watching goes on" in output
-    assert re.search(r"iteration 2000/2000 \(100%\)", output)
+    assert re.search(r"iteration 400/400 \(100%\)", output)
     summary = json.loads((latest_run(exp) / "summary.json").read_text())
-    assert summary["state"] == "finished" and summary["last_iteration"] == 2000
+    assert summary["state"] == "finished" and summary["last_iteration"] == 400
     assert summary["hang"]["culprits"][0]["rank"] == 3 and summary["failure"] is None
     assert any(line.startswith("hang         no iteration for") for line in summary["table"])
 
@@ -162,7 +169,9 @@ def test_a_throttled_node_is_named_straggler_and_not_hung(provisioned):
 
     exp = "straggler-throttled"
     _clean(exp)
-    job = train_in_background("-e", "train_iters=1500", "-e", f"exp={exp}")
+    # 550 throttled iterations: the progress line's window (the last 200 reports) is all throttled well before the
+    # end, and the run's verdict covers more than 500 reports
+    job = train_in_background("-e", "train_iters=600", "-e", f"exp={exp}")
     try:
         wait_for_iterations(exp, count=50)
         docker("update", "--cpus", "0.3", "mtt-node-2")  # real CPU throttling of node2 (its container included)
@@ -180,24 +189,3 @@ def test_a_throttled_node_is_named_straggler_and_not_hung(provisioned):
     assert re.search(r"\| straggler node2 rank [23] \(\d+\.\dx\), node2 rank [23]", output), output[-5000:]
     assert re.search(r"straggler    node2 rank 2 \(local rank 0\): compute \d+\.\d\dx the median", output)
     assert (run_dir / "throughput.png").read_bytes()[:4] == b"\x89PNG"
-
-
-def test_status_names_the_culprit_of_a_hung_run(provisioned):
-    exp = "hang-status"
-    _clean(exp)
-    started = playbook("train.yml", "-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "wait=false")
-    assert started.returncode == 0, started.stdout[-4000:]
-    try:
-        wait_for_iterations(exp)
-        in_container("node1", f"kill -STOP {rank_pid('node1', exp, 0)}")
-        time.sleep(HANG_TIMEOUT + 5)
-        status = playbook("playbooks/status.yml")
-        assert status.returncode == 0, status.stdout[-4000:]
-        assert re.search(r"hang     high confidence: node1 rank 0 \(local rank 0\): state T", status.stdout), (
-            status.stdout[-4000:]
-        )
-        assert not list((ROOT / "runs" / exp).glob("*/hang"))  # status.yml writes nothing
-    finally:
-        stopped = playbook("stop.yml")
-    assert stopped.returncode == 0, stopped.stdout[-4000:]
-    _no_rank_left()

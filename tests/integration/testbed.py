@@ -52,6 +52,25 @@ def docker(*args: str, check: bool = True, timeout: int = 120) -> subprocess.Com
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
 
 
+#: One check per node, inside its engine: the training container runs, its sshd runs (a container restarted with
+#: its node has none until provision.yml starts it), and no rank of this bundle's runs is left in it.
+_FIT = (
+    "docker inspect -f '{{.State.Running}}' train 2>/dev/null | grep -qx true "
+    "|| { echo 'train container down'; exit; }; "
+    "docker exec train sh -c 'pgrep -x sshd >/dev/null || echo sshd down; "
+    'ps -eo args | grep -E "[s]moke_train.py|[p]retrain_gpt.py|[t]orchrun" >/dev/null && echo rank left\''
+)
+
+
+def unfit() -> list[str]:
+    """What keeps the testbed from being provisioned and idle, node by node (empty: fit)."""
+    problems = []
+    for node, container in NODE_CONTAINERS.items():
+        done = docker("exec", container, "sh", "-c", _FIT, check=False)
+        problems += [f"{node}: {line}" for line in (done.stdout + done.stderr).split("\n") if line.strip()]
+    return problems
+
+
 def in_node(node: str, command: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run a shell command on a node (through the controller's engine, for inspection only)."""
     return docker("exec", NODE_CONTAINERS[node], "sh", "-c", command, check=check)

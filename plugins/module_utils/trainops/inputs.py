@@ -42,6 +42,24 @@ def stale_plan_files(names: Sequence[str], plan: Mapping[str, Any]) -> list[str]
     return [name for name in per_plan if name not in written]
 
 
+def rendered_files(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The scripts roles/render writes from ``templates/`` for ``plan``, in order: each with its file name, its
+    template (without ``.j2``), its mode, its node (launch scripts, ``{}`` otherwise) and a label."""
+    files = [
+        {"name": "hostfile", "template": "hostfile", "mode": "0644", "node": {}, "label": "hostfile (master first)"}
+    ]
+    files += [
+        {"name": f"launch-{node['name']}.sh", "template": "launch.sh", "mode": "0755", "node": node,
+         "label": f"launch-{node['name']}.sh (node rank {node['node_rank']})"}
+        for node in plan["nodes"]
+    ]  # fmt: skip
+    files += [
+        {"name": name, "template": name, "mode": "0755", "node": {}, "label": name}
+        for name in ("fanout.sh", "stop.sh", "probe.sh", "diagnose.sh")
+    ]
+    return files
+
+
 @dataclass
 class Inputs:
     """What one playbook run was given."""
