@@ -36,7 +36,7 @@ plan: setup
 
 ## Everything CI runs: lint, every test (the testbed ones bring the testbed up), then the molecule scenario.
 test: setup lint
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=25 tests
 	$(BIN)/molecule test
 
 ## Unit tests and controller-only playbook tests (no testbed).

@@ -84,7 +84,7 @@ def test_round_trip(fixtures, kind):
     prefix = f"{OUT}/{kind}"
     result = _data(*_args(fixtures["corpus"], prefix, tokenizer), "-e", "workers=2")
     assert result.returncode == 0, result.stdout[-4000:]
-    progress = [line for line in result.stdout.splitlines() if "msg: 'node1: done," in line]
+    progress = [line for line in result.stdout.splitlines() if line.startswith("node1: done,")]
     assert progress and "documents" in progress[0] and "tokens/s" in progress[0]  # the live progress lines
     _put(f"{BASE}/read_back.py", READ_BACK.encode())
     library = {"sentencepiece": "sentencepiece", "huggingface": "huggingface"}.get(kind, "tiktoken")
