@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,6 +26,13 @@ NODE_KEYS = ("ansible_host", "slots", "accelerator", "master", "node_addr", "acc
 BACKENDS_DIR = os.path.join(os.path.dirname(os.path.dirname(_CORE)), "backends")
 
 
+@functools.lru_cache(maxsize=1)
+def _profiles() -> dict[str, dict[str, Any]]:
+    """Every profile, read once per ansible-playbook run: the lazily templated trainops_cluster_facts and
+    trainops_backends evaluate the filters below many times, and the files do not change during a run."""
+    return backend_core.load_profiles(BACKENDS_DIR)
+
+
 def inventory_nodes(
     hostnames: Sequence[str], hostvars: Mapping[str, Any], in_order: bool = False
 ) -> list[dict[str, Any]]:
@@ -43,7 +52,7 @@ def inventory_nodes(
 def cluster(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The cluster in rank order: ``{"master": name, "master_addr", "nodes": [{name, addr, slots, node_rank}]}``."""
     try:
-        built = cluster_core.cluster_from_hosts(nodes, backend_core.load_profiles(BACKENDS_DIR))
+        built = cluster_core.cluster_from_hosts(nodes, _profiles())
     except PlanError as exc:
         raise AnsibleFilterError(f"invalid inventory: {exc}") from None
     return {
@@ -87,7 +96,7 @@ def backend_profiles(_accelerator: Any = None) -> dict[str, dict[str, Any]]:
     """Every backend profile by accelerator, as they stand in backends/ (the planner reads their cards); the value
     filtered (the run's accelerator) is not needed, a filter needs one."""
     try:
-        return backend_core.load_profiles(BACKENDS_DIR)
+        return copy.deepcopy(_profiles())
     except PlanError as exc:
         raise AnsibleFilterError("; ".join(exc.problems)) from None
 
