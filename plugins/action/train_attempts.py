@@ -8,10 +8,10 @@ documentation. The steps that decide (``judge``, ``replanned``) print what comes
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 _CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
@@ -21,7 +21,7 @@ if _CORE not in sys.path:
 from ansible.errors import AnsibleActionFail  # noqa: E402
 from ansible.plugins.action import ActionBase  # noqa: E402
 from ansible.utils.display import Display  # noqa: E402
-from trainops.attempts import AttemptError, Attempts  # noqa: E402
+from trainops.attempts import AttemptError, Attempts, read_marks  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
 from trainops.megatron_log import LogPathError  # noqa: E402
 from trainops.run_report import write_report  # noqa: E402
@@ -40,23 +40,14 @@ ARGUMENT_SPEC = {
     "plan": {"type": "dict"},
     "resumes_from": {"type": "raw"},
     "run_started": {"type": "float"},
-    "fanout": {"type": "dict"},
-    "watch": {"type": "raw"},
+    "fanout_result": {"type": "str", "default": "launch_fanout"},
+    "watch_result": {"type": "str", "default": "train_watch"},
     "outcome": {"type": "dict"},
     "options": {"type": "dict"},
-    "marks": {"type": "raw"},
     "reach_result": {"type": "str", "default": "train_reach"},
     "refused": {"type": "str"},
     "restarting": {"type": "bool"},
 }
-
-
-def _marks(value: Any) -> dict[str, Any] | None:
-    """run_marks.py's output (its JSON text, or the parsed object); None when the master did not answer."""
-    if isinstance(value, dict):
-        return value
-    text = str(value or "").strip()
-    return json.loads(text) if text else None
 
 
 class ActionModule(ActionBase):
@@ -73,7 +64,8 @@ class ActionModule(ActionBase):
             if step == "begin":
                 view = attempts.begin(args["plan"], args["resumes_from"], time.time(), float(args["run_started"]))
             elif step == "end":
-                view = attempts.end(args["fanout"] or {}, args["watch"] or None, time.time())
+                fanout, watch = self._master_results(attempts.current["plan"]["master"], args, task_vars)
+                view = attempts.end(fanout, watch, time.time())
             elif step == "amend":
                 view = attempts.amend(args["outcome"] or {})
             elif step == "judge":
@@ -87,7 +79,8 @@ class ActionModule(ActionBase):
                 options = args["options"] or {}
                 ratio = float(options.get("straggler_ratio") or DEFAULT_RATIO)
                 summary = write_report(args["run_dir"], plan, attempts.current["outcome"], ratio)
-                view = attempts.judge(options, summary, _marks(args["marks"]), answering, reach)
+                marks = read_marks(args["run_dir"], plan["master"])
+                view = attempts.judge(options, summary, marks, answering, reach)
             elif step == "replanned":
                 view = attempts.replanned(args["plan"], args["refused"])
             elif step == "prepare":
@@ -100,3 +93,14 @@ class ActionModule(ActionBase):
             display.display(view["message"])
         result.update(changed=step in ("judge", "prepare"), attempt=view)
         return result
+
+    @staticmethod
+    def _master_results(master: str, args: dict[str, Any], task_vars: dict[str, Any]) -> tuple[dict, Any]:
+        """The master's fan-out and watcher results of this attempt; a master that left the play (failed or
+        unreachable before its fan-out returned) is a failed fan-out, never its results of an attempt before."""
+        if master not in (task_vars.get("ansible_play_hosts") or []):
+            return {"rc": 255, "stdout": "", "stderr": f"{master} left the play (see its failure above)"}, None
+        master_vars = (task_vars.get("hostvars") or {}).get(master) or {}
+        fanout = master_vars.get(args["fanout_result"]) or {}
+        watch = master_vars.get(args["watch_result"]) or {}
+        return dict(fanout), (watch.get("watch") if isinstance(watch, Mapping) else None)

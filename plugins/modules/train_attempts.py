@@ -15,7 +15,8 @@ description:
   - C(end) keeps the attempt's outcome from the fan-out's result and the watcher's.
   - C(amend) replaces the outcome by one with Slurm's account of the job (C(-e launcher=slurm)).
   - C(judge) (C(-e max_restarts)) parses the attempt's collected logs and writes their report in O(run_dir),
-    records the attempt (C(attempt-<k>/attempt.json)), names the nodes it lost (each node's registered ping,
+    reads the master's collected C(marks.json) (the checkpoint the attempt left, the restart mark), records the
+    attempt (C(attempt-<k>/attempt.json)), names the nodes it lost (each node's registered ping,
     O(reach_result)), decides the next step, C(end), C(relaunch) or C(replan), and prints it.
   - C(replanned) keeps the re-plan on the nodes that remain, or ends the run when it was O(refused); it prints
     what comes next.
@@ -44,21 +45,22 @@ options:
     description: C(begin), when this train.yml run started (epoch seconds); a state another run left under the same
       run id is kept aside as C(attempts-<its start>.json) and this run starts afresh.
     type: float
-  fanout:
-    description: C(end), the fan-out's result on the master (its C(rc), C(stdout), C(stderr)).
-    type: dict
-  watch:
-    description: C(end), the watcher's C(watch) result, or none (C(-e wait=false)).
-    type: raw
+  fanout_result:
+    description: C(end), the name of the master's registered fan-out result (its C(rc), C(stdout), C(stderr)); a
+      master that left the play counts as a failed fan-out.
+    type: str
+    default: launch_fanout
+  watch_result:
+    description: C(end), the name of the master's registered watcher result (its C(watch); skipped with
+      C(-e wait=false)).
+    type: str
+    default: train_watch
   outcome:
     description: C(amend), the outcome with Slurm's account of the job.
     type: dict
   options:
     description: C(judge), train.yml's watch options (C(max_restarts), C(elastic), C(min_nodes), C(straggler_ratio)).
     type: dict
-  marks:
-    description: C(judge), what C(run_marks.py) printed on the master (the checkpoint, the restart mark).
-    type: raw
   reach_result:
     description: C(judge), the name of each node's registered ping after the failure.
     type: str

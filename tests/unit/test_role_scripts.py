@@ -95,6 +95,41 @@ def test_write_run_files_refuses_names_outside_the_run_directory(tmp_path, name)
     assert not (tmp_path / "escape.sh").exists()
 
 
+def test_write_run_files_refuses_a_node_where_a_launch_still_runs_writing_nothing(tmp_path):
+    work_home = tmp_path / "home"
+    busy = work_home / "runs" / "other" / "r1"
+    (busy / "pids").mkdir(parents=True)
+    env = dict(os.environ, MTT_TRAIN_OPS_RUN=str(busy))  # the launch script's mark, which its ranks inherit
+    sleeper = subprocess.Popen(["setsid", "sleep", "60"], env=env, stdin=subprocess.DEVNULL)
+    try:
+        assert wait_for_pgid(sleeper.pid)
+        (busy / "pids" / "node1.pid").write_text(f"{sleeper.pid}\n")
+        files = {"run_groups.py": (ROOT / "roles" / "run_groups" / "files" / "run_groups.py").read_text(), "a.sh": ""}
+        run_dir = work_home / "runs" / "new" / "r2"
+        args = ["--run-dir", str(run_dir), "--node", "node1", "--work-home", str(work_home)]
+        done = run("launch", "write_run_files.py", *args, stdin=json.dumps(files))
+        assert done.returncode == 3 and not run_dir.exists(), done.stderr
+        assert f"node1: a job is running: run 'other/r1' (process group {sleeper.pid}" in done.stderr
+        assert "stop.yml" in done.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert run("launch", "write_run_files.py", *args, stdin=json.dumps(files)).returncode == 0
+    assert (run_dir / "a.sh").is_file()
+
+
+def wait_for_pgid(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.getpgid(pid) == pid:
+                return True
+        except ProcessLookupError:
+            return False
+        time.sleep(0.05)
+    return False
+
+
 # dataset: measure.py
 
 
@@ -265,21 +300,31 @@ def test_pack_logs_sets_an_attempts_logs_aside_for_the_next(tmp_path):
     target = run_dir / "attempt-1"
     done = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node2", "--set-aside", str(target))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["logs/node2", "logs/launch-node2.out", "exit/node2.rc"]
+    assert json.loads(done.stdout)["moved"] == ["logs/node2", "logs/launch-node2.out", "exit/node2.rc"]
     assert (target / "logs" / "node2" / "x_abc" / "attempt_0" / "1" / "stdout.log").read_text() == "iteration 3\n"
     assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["node1"]
     assert not (run_dir / "exit" / "node2.rc").exists()
 
 
-# launch: run_marks.py (the checkpoint an attempt left, the restart mark)
+# collect: pack_logs.py's marks (the checkpoint an attempt left, the restart mark)
 
 
-def test_run_marks_reads_the_checkpoint_tracker_and_the_restart_mark(tmp_path):
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "run").mkdir()
-    empty = run("launch", "run_marks.py", str(tmp_path / "ckpt"), str(tmp_path / "run"))
-    assert json.loads(empty.stdout) == {"checkpoint": "", "restarting": False}
-    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("15\n")
-    (tmp_path / "run" / "restarting").write_text("x")
-    marked = run("launch", "run_marks.py", str(tmp_path / "ckpt"), str(tmp_path / "run"))
-    assert json.loads(marked.stdout) == {"checkpoint": "15", "restarting": True}
+def test_pack_logs_on_the_master_adds_the_checkpoint_and_the_restart_mark(tmp_path):
+    run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    (run_dir / "logs").mkdir(parents=True)
+    ckpt.mkdir()
+    (run_dir / "logs" / "launch-node1.out").write_text("started\n")
+    args = ["--run-dir", str(run_dir), "--node", "node1", "--pack", str(tmp_path / "p.tgz"), "--checkpoint-dir"]
+    assert run("collect", "pack_logs.py", *args, str(ckpt)).returncode == 0
+    with tarfile.open(tmp_path / "p.tgz") as tar:
+        assert json.load(tar.extractfile("./marks.json")) == {"checkpoint": "", "restarting": False}
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("15\n")
+    (run_dir / "restarting").write_text("x")
+    assert run("collect", "pack_logs.py", *args, str(ckpt)).returncode == 0
+    with tarfile.open(tmp_path / "p.tgz") as tar:
+        assert json.load(tar.extractfile("./marks.json")) == {"checkpoint": "15", "restarting": True}
+    # set aside before the next attempt, the mark is read again: stop.yml may have removed it meanwhile
+    (run_dir / "restarting").unlink()
+    aside = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node1", "--set-aside",
+                str(run_dir / "attempt-1"))  # fmt: skip
+    assert json.loads(aside.stdout) == {"moved": ["logs/node1", "logs/launch-node1.out"], "restarting": False}

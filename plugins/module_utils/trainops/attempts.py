@@ -42,6 +42,19 @@ from .plan import tracker_iteration, with_resume
 STATE_FILE = recovery.STATE_FILE
 #: What comes after a judged attempt.
 NEXT = ("end", "relaunch", "replan")
+#: What the collect role writes into the master's collected logs (pack_logs.py): the checkpoint the attempt left
+#: and whether the run's restart mark was still there.
+MARKS_FILE = "marks.json"
+
+
+def read_marks(run_dir: str, master: str) -> dict[str, Any] | None:
+    """The master's ``marks.json`` as collected into ``<run_dir>/<master>/``; None when the master's logs were
+    not collected (it did not answer)."""
+    path = os.path.join(run_dir, master, MARKS_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
 
 
 class AttemptError(RuntimeError):
@@ -147,9 +160,10 @@ class Attempts:
     ) -> dict[str, Any]:
         """Record the attempt and decide what comes next.
 
-        ``summary``: the report's summary of the attempt's logs; ``marks``: what run_marks.py read on the master
-        (the checkpoint tracker's text, whether the restart mark is still there; None when the master did not
-        answer); ``answering``: the nodes still in the play; ``reach``: each node's ping after the failure."""
+        ``summary``: the report's summary of the attempt's logs; ``marks``: the master's collected marks
+        (:func:`read_marks`: the checkpoint tracker's text, whether the restart mark is still there; None when the
+        master did not answer); ``answering``: the nodes still in the play; ``reach``: each node's ping after the
+        failure."""
         current = self.current
         outcome, plan = current["outcome"], current["plan"]
         marks = marks or {}

@@ -1,28 +1,53 @@
 """Pack one node's logs of a run into a tarball (mtt-train-ops, role collect); run in the training container.
 
-    python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --pack FILE.tgz
+    python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --pack FILE.tgz [--checkpoint-dir CKPT]
     python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --set-aside DIR/attempt-K
 
 Packs ``DIR/logs/NAME/`` with the node's launch output (``logs/launch-NAME.out`` as ``launch.out``) and its
-exit status (``exit/NAME.rc`` as ``exit.rc``) copied in first. ``--set-aside`` instead moves the node's logs,
-launch output and exit status of an attempt that ended into ``attempt-K/`` (train.yml's restarts), so the next
-attempt's launch writes its own. Exit 2, naming the directory, when the run directory is missing.
+exit status (``exit/NAME.rc`` as ``exit.rc``) copied in first. With ``--checkpoint-dir`` (the master's, in
+train.yml) it also writes ``marks.json`` there: ``{"checkpoint": "<latest_checkpointed_iteration.txt's text, or
+empty>", "restarting": true|false}``, the checkpoint the attempt left (a new attempt resumes from it) and whether
+the run's restart mark (``DIR/restarting``, written with the run's files when ``-e max_restarts`` is set) is still
+there: stop.yml removes it, and then train.yml starts no new attempt.
+
+``--set-aside`` instead moves the node's logs, launch output and exit status of an attempt that ended into
+``attempt-K/`` (train.yml's restarts), so the next attempt's launch writes its own, and prints ``{"moved": [...],
+"restarting": true|false}``: the restart mark read again just before the next launch. Exit 2, naming the
+directory, when the run directory is missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
 import tarfile
 
+TRACKER = "latest_checkpointed_iteration.txt"
+RESTART_MARK = "restarting"
+MARKS = "marks.json"
 
-def pack(run_dir: str, node: str, pack_path: str) -> int:
-    """Pack the node's logs (with its launch output and exit status) into ``pack_path``; the number of entries
-    (none: nothing is written, there is nothing to collect)."""
+
+def marks(run_dir: str, checkpoint_dir: str) -> dict:
+    """The checkpoint the attempt left (Megatron's tracker file) and whether the restart mark is still there."""
+    try:
+        with open(os.path.join(checkpoint_dir, TRACKER), encoding="utf-8") as handle:
+            checkpoint = handle.read().strip()
+    except OSError:
+        checkpoint = ""
+    return {"checkpoint": checkpoint, "restarting": os.path.isfile(os.path.join(run_dir, RESTART_MARK))}
+
+
+def pack(run_dir: str, node: str, pack_path: str, checkpoint_dir: str | None = None) -> int:
+    """Pack the node's logs (with its launch output and exit status, and the marks when ``checkpoint_dir`` is
+    given) into ``pack_path``; the number of entries (none: nothing is written, there is nothing to collect)."""
     logs = os.path.join(run_dir, "logs", node)
     os.makedirs(logs, exist_ok=True)
+    if checkpoint_dir:
+        with open(os.path.join(logs, MARKS), "w", encoding="utf-8") as handle:
+            json.dump(marks(run_dir, checkpoint_dir), handle)
     extras = {os.path.join(run_dir, "logs", f"launch-{node}.out"): "launch.out",
               os.path.join(run_dir, "exit", f"{node}.rc"): "exit.rc"}  # fmt: skip
     for source, name in extras.items():
@@ -61,14 +86,16 @@ def main(argv: list[str]) -> int:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--pack", help="the tarball to write")
     action.add_argument("--set-aside", help="move the node's logs of an ended attempt into this directory")
+    parser.add_argument("--checkpoint-dir", help="with --pack: write marks.json (the checkpoint, the restart mark)")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_dir):
         print(f"the run directory {args.run_dir} does not exist in this container", file=sys.stderr)
         return 2
     if args.set_aside:
-        print(" ".join(set_aside(args.run_dir, args.node, args.set_aside)))
+        moved = set_aside(args.run_dir, args.node, args.set_aside)
+        print(json.dumps({"moved": moved, "restarting": os.path.isfile(os.path.join(args.run_dir, RESTART_MARK))}))
         return 0
-    if not pack(args.run_dir, args.node, args.pack):
+    if not pack(args.run_dir, args.node, args.pack, args.checkpoint_dir):
         print("no logs on this node: its launch did not start (see the master's fan-out)", file=sys.stderr)
         return 3
     return 0

@@ -1,9 +1,13 @@
 """Write a run's files into its directory in the training container (mtt-train-ops, role launch).
 
-    python3 -c "$(cat write_run_files.py)" --run-dir DIR  < {"NAME": "TEXT", ...} (JSON on stdin)
+    python3 -c "$(cat write_run_files.py)" --run-dir DIR [--node NAME --work-home HOME] < {"NAME": "TEXT", ...}
 
-Each file is written whole and then renamed into place (a reader never sees half a script); ``.sh`` and ``.py``
-files are made executable. Creates ``DIR/logs``. Prints how many files were written.
+The files come as JSON on stdin. Each is written whole and then renamed into place (a reader never sees half a
+script); ``.sh`` and ``.py`` files are made executable. Creates ``DIR/logs``. Prints how many files were written.
+
+With ``--node`` and ``--work-home``, first refuses (exit 3, naming each, writing nothing) a node where a launch of
+this bundle still runs, as the files' own ``run_groups.py`` finds them: a run is never launched beside another,
+nor a restart beside what survived the attempt before.
 """
 
 from __future__ import annotations
@@ -26,15 +30,38 @@ def write_files(run_dir: str, files: dict[str, str]) -> int:
     return len(files)
 
 
+def live_launches(run_groups_source: str, node: str, work_home: str) -> list[dict]:
+    """The live launches on this node, by the run_groups.py the run's files carry (stop.sh's own code)."""
+    run_groups: dict = {"__name__": "run_groups"}
+    exec(compile(run_groups_source, "run_groups.py", "exec"), run_groups)  # noqa: S102 - the bundle's own file
+    return list(run_groups["live_groups"](node, work_home))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, help="the run's directory inside the container")
+    parser.add_argument("--node", help="this node's inventory name (with --work-home: refuse a busy node)")
+    parser.add_argument("--work-home", help="the directory that holds the bundle's runs in the container")
     args = parser.parse_args(argv)
     files = json.load(sys.stdin)
     bad = [name for name in files if name.startswith("/") or ".." in name.split("/")]
     if bad:
         print(f"refusing file names outside the run directory: {', '.join(bad)}", file=sys.stderr)
         return 2
+    if args.node and args.work_home and "run_groups.py" in files:
+        live = live_launches(files["run_groups.py"], args.node, args.work_home)
+        if live:
+            runs = "; ".join(
+                f"run '{g['exp']}/{g['run_id']}' (process group {g['pgid']}, {g['processes']} processes, started "
+                f"{g['started']}) in {g['run_dir']}"
+                for g in live
+            )
+            print(
+                f"{args.node}: a job is running: {runs}; stop it with `ansible-playbook stop.yml`, then run "
+                "train.yml again",
+                file=sys.stderr,
+            )
+            return 3
     print(write_files(args.run_dir, files))
     return 0
 
