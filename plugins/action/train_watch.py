@@ -80,7 +80,7 @@ class ActionModule(ActionBase):
                         display.display(line)
                 if watcher.ended(time.monotonic()):
                     break
-                time.sleep(max(1.0, request.poll_interval))
+                time.sleep(watcher.next_probe_in())
         except ProbeError as exc:
             raise AnsibleActionFail(str(exc)) from exc
         for line in watcher.finish():

@@ -1,4 +1,4 @@
-"""Jinja filters over the core: rendering a plan (comments, argument lines, resume point, stale files)."""
+"""Jinja filters over the core: rendering a plan (comments, argument lines, resume point, its files)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,6 @@ def one_line(value: Any) -> str:
     return options_core.one_line(value)
 
 
-def stale_plan_files(names: Sequence[str], plan: Mapping[str, Any]) -> list[str]:
-    return inputs_core.stale_plan_files(names, plan)
-
-
 def rendered_files(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What roles/render writes from templates/ for the plan: name, template, mode, node, label."""
     return inputs_core.rendered_files(plan)
@@ -48,13 +44,12 @@ def plan_with_resume(plan: Mapping[str, Any], tracker: str | None, moved_to: str
 
 
 class FilterModule:
-    """mtt-train-ops filters: rendering a plan (comments, argument lines, resume point, stale files)."""
+    """mtt-train-ops filters: rendering a plan (comments, argument lines, resume point, its files)."""
 
     def filters(self) -> dict[str, Any]:
         return {
             "trainops_shell_arg_lines": shell_arg_lines,
             "trainops_one_line": one_line,
-            "trainops_stale_plan_files": stale_plan_files,
             "trainops_rendered_files": rendered_files,
             "trainops_plan_with_resume": plan_with_resume,
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,25 @@ def test_plan_writes_everything(runbook_plan):
     assert (runbook_plan / "hostfile").read_text() == "10.10.142.133 slots=8\n10.10.142.134 slots=8\n"
     ranked = json.loads((runbook_plan / "recommendations.json").read_text())
     assert ranked[0]["rank"] == 1 and ranked[0]["fits"]
+
+
+def test_a_new_plan_replaces_an_earlier_ones_files_and_writes_each_with_its_mode(runbook_plan, tmp_path):
+    out = tmp_path / "p"
+    shutil.copytree(runbook_plan, out)
+    (out / "launch-node9.sh").write_text("# an earlier plan's node\n")
+    (out / "hostfile").write_text("stale\n")
+    result = run_plan("-e", "tp=1", "-e", "pp=2", "-e", f"plan_dir={out}")  # no recommendations this time
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        n for n in (p.name for p in runbook_plan.iterdir()) if n != "recommendations.json"
+    )
+    ids = [json.loads((d / "plan.json").read_text())["run_id"] for d in (runbook_plan, out)]
+    for name in ("hostfile", "launch-node1.sh", "fanout.sh", "probe.sh"):  # the same plan but for its run id
+        assert (out / name).read_text() == (runbook_plan / name).read_text().replace(*ids), name
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()}
+    assert modes["hostfile"] == modes["plan.json"] == "0o644"
+    assert modes["launch-node1.sh"] == modes["stop.sh"] == modes["diagnose.sh"] == "0o755"
+    assert not list(out.glob("*.tmp"))
 
 
 def test_rendered_scripts_are_shellcheck_clean(runbook_plan):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from trainops.inputs import Inputs, check, stale_plan_files
+from trainops.inputs import Inputs, check
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = {"nodes": ["node1", "node2"]}
@@ -143,10 +143,3 @@ def test_controller_paths(tmp_path):
         in check(given("plan", extra={"plan_dir": str(tmp_path / "plan")})).problems[0]
     )
     assert "has no plan/plan.json" in check(given("report", extra={"run": str(tmp_path)})).problems[0]
-
-
-def test_an_earlier_plans_node_scripts_are_stale():
-    plan = {"nodes": [{"name": "node1"}, {"name": "node2"}]}
-    names = ["plan.json", "launch-node1.sh", "launch-node3.sh", "recommendations.json", "notes.txt"]
-    assert stale_plan_files(names, plan) == ["launch-node3.sh", "recommendations.json"]
-    assert stale_plan_files(names, dict(plan, recommendations=[])) == ["launch-node3.sh"]

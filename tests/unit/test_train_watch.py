@@ -202,6 +202,19 @@ def test_a_watch_prints_progress_then_finishes(plan):
     assert out["state"] == "finished" and out["last_iteration"]["iteration"] == 1 and out["watched_s"] == 10.0
 
 
+def test_probes_come_every_poll_interval_then_every_second_near_the_end(plan):
+    watcher = Watcher(_request(plan, poll_interval=5.0), started=0.0)
+    watcher.on_probe(_probe("node1=running:11 node2=running:12", LOG.splitlines()[0] + "\n"), now=5.0)
+    assert watcher.progress.last["iteration"] < plan["train_iters"] and watcher.next_probe_in() == 5.0
+    last = LOG.splitlines()[0].replace("iteration        1/", f"iteration       {plan['train_iters']}/") + "\n"
+    watcher.on_probe(_probe("node1=running:11 node2=running:12", last, start=watcher.progress.offsets["log"]), 10.0)
+    assert watcher.progress.last["iteration"] == plan["train_iters"] and watcher.next_probe_in() == 1.0
+    # a node's launch that exited while the other still runs: the end (or the failure) is as near
+    other = Watcher(_request(plan, poll_interval=5.0), started=0.0)
+    other.on_probe(_probe("node1=running:11 node2=exited:0"), now=5.0)
+    assert not other.ended(5.0) and other.next_probe_in() == 1.0
+
+
 def test_the_master_unreachable_twice_is_lost(plan):
     watcher = Watcher(_request(plan), started=0.0)
     assert watcher.on_probe({"unreachable": True, "msg": "ssh: timed out"}, now=5.0) == [] and not watcher.ended(5)

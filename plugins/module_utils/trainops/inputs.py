@@ -32,16 +32,6 @@ def is_plan_file(name: str) -> bool:
     return name in PLAN_FILES or (name.startswith("launch-") and name.endswith(".sh"))
 
 
-def stale_plan_files(names: Sequence[str], plan: Mapping[str, Any]) -> list[str]:
-    """Of ``names`` (files in a plan directory), an earlier plan's node scripts and recommendations that ``plan``
-    does not write (roles/render removes them: a plan directory holds one plan)."""
-    written = {f"launch-{node['name']}.sh" for node in plan["nodes"]}
-    if "recommendations" in plan:
-        written.add("recommendations.json")
-    per_plan = [n for n in names if (n.startswith("launch-") and n.endswith(".sh")) or n == "recommendations.json"]
-    return [name for name in per_plan if name not in written]
-
-
 def rendered_files(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The scripts roles/render writes from ``templates/`` for ``plan``, in order: each with its file name, its
     template (without ``.j2``), its mode, its node (launch scripts, ``{}`` otherwise) and a label."""

@@ -104,6 +104,9 @@ def parse_diagnosis(text: str, node_names: list[str]) -> dict[str, dict[str, Any
 UNREACHABLE_PROBES = 2
 #: Straggler reports the progress line looks back over (it names none before it has MIN_REPORTS of them).
 RECENT_REPORTS = 2 * straggler.MIN_REPORTS
+#: Seconds between probes once the run's end is near (its last iteration seen, or a node's launch exited), so
+#: that train.yml returns within about a second of the run's end, not up to a whole poll_interval after it.
+ENDING_POLL_S = 1.0
 
 
 def _arg(kind: str, doc: str, default: Any = MISSING, choices: tuple[str, ...] = (), option: str = "") -> Any:
@@ -408,7 +411,7 @@ class Watcher:
     The caller loops: run :meth:`probe_argv` in the master's container and give the reply (``stdout``, or
     ``unreachable``/``failed`` with ``msg``) to :meth:`on_probe`, which returns the lines to print; when
     :attr:`wants_diagnosis`, run :meth:`diagnose_argv` and give its reply to :meth:`on_diagnosis`; stop once
-    :meth:`ended`, else sleep ``request.poll_interval``. :meth:`result` is the watch's outcome."""
+    :meth:`ended`, else sleep :meth:`next_probe_in`. :meth:`result` is the watch's outcome."""
 
     def __init__(self, request: WatchRequest, started: float) -> None:
         self.request = request
@@ -435,6 +438,15 @@ class Watcher:
 
     def ended(self, now: float) -> bool:
         return self.outcome["state"] != "running" or now - self.started >= self.request.wait
+
+    def next_probe_in(self) -> float:
+        """Seconds until the next probe: ``poll_interval``, or :data:`ENDING_POLL_S` once the end is near (the
+        plan's last iteration seen, or a node's launch exited while others still run)."""
+        last = (self.progress.last or {}).get("iteration")
+        total = self.plan.get("train_iters")
+        exited = any(state == "exited" for state, _ in self.nodes.values())
+        near = exited or (last is not None and bool(total) and last >= total)
+        return min(self.request.poll_interval, ENDING_POLL_S) if near else self.request.poll_interval
 
     def on_probe(self, reply: Mapping[str, Any], now: float) -> list[str]:
         """Judge one probe; the lines to print (a progress line when one is due)."""
