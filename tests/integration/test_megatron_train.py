@@ -1,13 +1,9 @@
 """train.yml runs Megatron-LM's own pretrain_gpt.py (core_v0.14.0, behind the testbed's CPU patch) on the 2-node
 testbed with the argument vector the planner renders: TP inside a node, PP across the two, Megatron's own
 iteration, memory and checkpoint lines driving the progress and the report; a rank stopped with SIGSTOP is named,
-its peers caught waiting for it.
-
-Not here yet: a resume across the two nodes. The testbed's nodes keep /data on their own disks, and Megatron's
-torch_dist checkpoint is one directory written by every rank (the metadata by rank 0 only): a second run found
-the tracker on node1 and none on node2, so node1's ranks loaded iteration 10 while node2's started afresh, and the
-job deadlocked before its first iteration. Resuming needs the checkpoint directory on storage every node shares,
-as on a cluster (docs/train.md).
+its peers caught waiting for it; a rank killed after a checkpoint restarts the run (-e max_restarts=1), and the
+next attempt loads Megatron's own torch_dist checkpoint, written by the ranks of both nodes into the checkpoint
+volume the testbed's nodes share (as a cluster's shared storage: docs/train.md), and finishes.
 
 Needs a stand-in image with a Megatron-LM tree (`make megatron-src`; .ci/run gives it the vendored tarball).
 """
@@ -31,6 +27,7 @@ from testbed import (
     no_rank_left,
     playbook,
     rank_pid,
+    wait_for_checkpoint,
     wait_for_iterations,
 )
 
@@ -125,4 +122,40 @@ def test_a_stopped_megatron_rank_is_named_and_its_peers_wait_for_it(megatron):
     for rank in (0, 1, 3):
         assert "state       T" not in evidence[rank] and any(w in evidence[rank] for w in waits), evidence[rank]
     assert all("training/training.py" in evidence[rank] for rank in (0, 1, 2, 3)), evidence
+    no_rank_left()
+
+
+def test_a_killed_megatron_rank_restarts_the_run_from_megatrons_checkpoint(megatron):
+    exp = "megatron-restart"
+    clean_experiment(exp)
+    saves = ("-e", json.dumps({"training": {"save_interval": 10, "eval_iters": 0}}))
+    job = _train("-e", "tp=1", "-e", "pp=2", "-e", "train_iters=40", "-e", f"exp={exp}", "-e", "max_restarts=1", *saves)
+    try:
+        wait_for_checkpoint(exp, 10, timeout=300)
+        in_container("node2", f"kill -9 {rank_pid('node2', exp, 3)}")  # a real fault: SIGKILL of a pipeline rank
+        output, _ = job.communicate(timeout=900)
+    finally:
+        job.kill()
+    assert job.returncode == 0, output[-6000:]
+    said = " ".join(output.split())
+    assert re.search(r"attempt 1 failed: .* -> attempt 1 failed \(exited\): restart 1 of 1; starting attempt 2 from "
+                     r"checkpoint (10|20|30)", said), output[-6000:]  # fmt: skip
+    run_dir = latest_run(exp)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["job"] == "megatron" and summary["state"] == "finished" and summary["last_iteration"] == 40
+    first, second = summary["attempts"]
+    assert first["state"] == "failed" and second["state"] == "finished"
+    assert second["resumed_from"] == first["checkpoint_at_end"] >= 10
+    # the second attempt's ranks say, in Megatron's own words, that they loaded that checkpoint (rank 0 prints it)
+    resumed = second["resumed_from"]
+    loaded = re.compile(rf"successfully loaded checkpoint from \S*/checkpoints/{exp} .* at iteration {resumed}\b")
+    assert any(loaded.search(p.read_text()) for p in (run_dir / "node1").rglob("stdout.log"))
+    iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert iterations[-(40 - resumed) :] == list(range(resumed + 1, 41))
+    recovery = summary["recovery"]
+    assert recovery["restarts"] == 1 and 0 < recovery["goodput"] <= 1 and recovery["time_to_recover_s"][0] > 0
+    assert recovery["iterations_lost"] == first["last_iteration"] - first["checkpoint_at_end"]
+    assert (run_dir / "attempt-1" / "node2").is_dir() and (run_dir / "attempt-1" / "attempt.json").is_file()
+    assert (run_dir / "attempt-2" / "attempt.json").is_file()
+    assert "recovery     1 restart(s)" in output
     no_rank_left()

@@ -1,6 +1,7 @@
 """train.yml's recovery on the testbed (-e max_restarts): real faults (a rank SIGKILLed, a node's engine stopped,
 stop.yml between attempts) and a real resume from the smoke job's checkpoint through its own --load. Marked
-`testbed`."""
+`testbed`. A rank killed after a checkpoint, restarted and resumed to the end, is test_megatron_train.py's, with
+Megatron's own checkpoint."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from testbed import clean_experiment as _clean
-from testbed import docker, heal_node2, in_container, playbook
+from testbed import docker, heal_node2, in_container, playbook, wait_for_checkpoint
 from testbed import latest_run as _latest_run
 from testbed import no_rank_left as _no_rank_left
 from testbed import train_in_background as _train_in_background
@@ -23,17 +24,6 @@ SAVE_EVERY_5 = ("-e", json.dumps({"training": {"save_interval": 5}}))
 #: Long enough (about 10 s of iterations here) that the fault lands before the end, short enough to finish.
 ITERS = 400
 KILL_RANK_3 = "kill -9 $(pgrep -n -f 'python3 -u .*smoke_trai[n].py')"  # the newest rank on node2: global rank 3
-
-
-def _wait_for_checkpoint(exp: str, iteration: int = 5, timeout: float = 180) -> None:
-    tracker = f"/data/mtt-train-ops/checkpoints/{exp}/latest_checkpointed_iteration.txt"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = in_container("node1", f"cat {tracker} 2>/dev/null", check=False).stdout.strip()
-        if text.isdigit() and int(text) >= iteration:
-            return
-        time.sleep(1)
-    raise AssertionError(f"no checkpoint of {exp} at iteration {iteration} in time")
 
 
 def _wait_for_attempt(exp: str, attempt: int, timeout: float = 240) -> None:
@@ -48,46 +38,12 @@ def _wait_for_attempt(exp: str, attempt: int, timeout: float = 240) -> None:
     raise AssertionError(f"attempt {attempt} of {exp} did not start in time")
 
 
-def test_a_rank_killed_mid_run_resumes_from_the_checkpoint_and_finishes(provisioned):
-    exp = "restart-once"
-    _clean(exp)
-    job = _train_in_background("-e", f"train_iters={ITERS}", "-e", f"exp={exp}", "-e", "max_restarts=1", *SAVE_EVERY_5)
-    try:
-        _wait_for_checkpoint(exp)
-        in_container("node2", KILL_RANK_3)
-        output, _ = job.communicate(timeout=600)
-    finally:
-        job.kill()
-    assert job.returncode == 0, output[-6000:]
-    said = " ".join(output.split())  # the callback wraps long messages
-    assert re.search(r"attempt 1 failed: .* -> attempt 1 failed \(exited\): restart 1 of 1; starting attempt 2 from "
-                     r"checkpoint \d+", said), output[-6000:]  # fmt: skip
-    run_dir = _latest_run(exp)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["state"] == "finished" and summary["last_iteration"] == ITERS
-    attempts = summary["attempts"]
-    assert [a["attempt"] for a in attempts] == [1, 2] and attempts[0]["state"] == "failed"
-    assert attempts[1]["resumed_from"] == attempts[0]["checkpoint_at_end"] >= 5
-    assert attempts[1]["state"] == "finished"
-    recovery = summary["recovery"]
-    assert recovery["restarts"] == 1
-    assert recovery["iterations_lost"] == attempts[0]["last_iteration"] - attempts[0]["checkpoint_at_end"]
-    assert recovery["time_to_recover_s"][0] > 0 and 0 < recovery["goodput"] <= 1
-    # the resumed attempt's own log says where it started (the smoke job's --load, as Megatron's)
-    resumed = (run_dir / "node1").rglob("stdout.log")
-    assert any("successfully loaded checkpoint" in p.read_text() for p in resumed)
-    assert (run_dir / "attempt-1" / "node2").is_dir() and (run_dir / "attempt-1" / "attempt.json").is_file()
-    assert (run_dir / "attempt-2" / "attempt.json").is_file()
-    assert "recovery     1 restart(s)" in output
-    _no_rank_left()
-
-
 def test_a_failure_that_repeats_ends_after_max_restarts_with_every_attempt_reported(provisioned):
     exp = "restart-repeats"
     _clean(exp)
     job = _train_in_background("-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "max_restarts=1", *SAVE_EVERY_5)
     try:
-        _wait_for_checkpoint(exp)
+        wait_for_checkpoint(exp, 5)
         in_container("node2", KILL_RANK_3)
         _wait_for_attempt(exp, 2)
         in_container("node2", KILL_RANK_3)
@@ -107,7 +63,7 @@ def test_stop_yml_during_the_restarts_ends_them(provisioned):
     _clean(exp)
     job = _train_in_background("-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "max_restarts=3", *SAVE_EVERY_5)
     try:
-        _wait_for_checkpoint(exp)
+        wait_for_checkpoint(exp, 5)
         in_container("node2", KILL_RANK_3)
         deadline = time.monotonic() + 240  # the first attempt is set aside: train.yml is between attempts
         aside = f"/data/mtt-train-ops/runs/{exp}/*/attempt-1"
@@ -133,7 +89,7 @@ def test_a_node_lost_without_elastic_ends_the_run_naming_it(provisioned):
     _clean(exp)
     job = _train_in_background("-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "max_restarts=1", *SAVE_EVERY_5)
     try:
-        _wait_for_checkpoint(exp)
+        wait_for_checkpoint(exp, 5)
         docker("stop", "-t", "1", "mtt-node-2")
         output, _ = job.communicate(timeout=600)
     finally:
@@ -156,7 +112,7 @@ def test_a_node_lost_with_elastic_goes_on_on_the_nodes_that_remain(provisioned):
         "-e", f"train_iters={ITERS}", "-e", f"exp={exp}", "-e", "max_restarts=1", "-e", "elastic=true", *SAVE_EVERY_5
     )  # fmt: skip
     try:
-        _wait_for_checkpoint(exp)
+        wait_for_checkpoint(exp, 5)
         docker("stop", "-t", "1", "mtt-node-2")
         output, _ = job.communicate(timeout=900)
     finally:

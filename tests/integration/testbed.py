@@ -130,6 +130,19 @@ def wait_for_iterations(exp: str, count: int = 3, timeout: float = 180) -> None:
     raise AssertionError(f"the smoke job printed fewer than {count} iterations in time")
 
 
+def wait_for_checkpoint(exp: str, iteration: int, timeout: float = 180) -> None:
+    """Until the experiment's checkpoint tracker (Megatron's latest_checkpointed_iteration.txt, on the checkpoint
+    volume the nodes share) says ``iteration`` or later."""
+    tracker = f"/data/mtt-train-ops/checkpoints/{exp}/latest_checkpointed_iteration.txt"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = in_container("node1", f"cat {tracker} 2>/dev/null", check=False).stdout.strip()
+        if text.isdigit() and int(text) >= iteration:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no checkpoint of {exp} at iteration {iteration} in time")
+
+
 def rank_pid(node: str, exp: str, rank: int) -> int:
     """The pid, inside its node's training container, of the experiment's rank ``rank`` (by torchrun's RANK)."""
     script = (
