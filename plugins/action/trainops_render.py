@@ -50,12 +50,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
-    def _render(self, source: str, task_vars: dict[str, Any], node: Any) -> str:
-        try:
-            with open(source, encoding="utf-8") as handle:
-                template = trust_as_template(handle.read())
-        except OSError as exc:
-            raise AnsibleActionFail(f"cannot read the template {source}: {exc}") from exc
+    def _render(self, template: str, task_vars: dict[str, Any], node: Any) -> str:
         templar = self._templar.copy_with_new_env(available_variables=dict(task_vars, node=node))
         text = templar.template(template, escape_backslashes=False, overrides=OVERRIDES)
         return "" if text is None else str(text)
@@ -66,9 +61,17 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         dest = args["dest"]
         texts: dict[str, tuple[str, int]] = {}
+        templates: dict[str, str] = {}  # each template read once (launch.sh.j2 renders once per node)
         for item in args["files"]:
             source = os.path.join(args["templates_dir"], f"{item['template']}.j2")
-            texts[item["name"]] = (self._render(source, task_vars, item.get("node") or {}), int(item["mode"], 8))
+            if source not in templates:
+                try:
+                    with open(source, encoding="utf-8") as handle:
+                        templates[source] = trust_as_template(handle.read())
+                except OSError as exc:
+                    raise AnsibleActionFail(f"cannot read the template {source}: {exc}") from exc
+            text = self._render(templates[source], task_vars, item.get("node") or {})
+            texts[item["name"]] = (text, int(item["mode"], 8))
         for name, text in args["contents"].items():
             text = str(text)
             texts[name] = (text if text.endswith("\n") else text + "\n", 0o644)

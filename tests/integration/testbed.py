@@ -118,29 +118,31 @@ def train_in_background(*extra: str, output: Path | None = None) -> subprocess.P
     )
 
 
-def wait_for_iterations(exp: str, count: int = 3, timeout: float = 180) -> None:
-    """Until the last rank of the experiment's run (node2, local rank 1) has printed ``count`` iteration lines."""
+def _wait_for_count(node: str, command: str, count: int, timeout: float, interval: float, failure: str) -> None:
+    """Until ``command`` in ``node``'s training container prints a number >= ``count``; else ``failure``."""
     deadline = time.monotonic() + timeout
-    log = f"/data/mtt-train-ops/runs/{exp}/*/logs/node2/*/attempt_0/1/stdout.log"
     while time.monotonic() < deadline:
-        found = in_container("node2", f"cat {log} 2>/dev/null | grep -c iteration", check=False).stdout.strip()
+        found = in_container(node, command, check=False).stdout.strip()
         if found.isdigit() and int(found) >= count:
             return
-        time.sleep(1)
-    raise AssertionError(f"the smoke job printed fewer than {count} iterations in time")
+        time.sleep(interval)
+    raise AssertionError(failure)
+
+
+def wait_for_iterations(exp: str, count: int = 3, timeout: float = 180) -> None:
+    """Until the last rank of the experiment's run (node2, local rank 1) has printed ``count`` iteration lines."""
+    log = f"/data/mtt-train-ops/runs/{exp}/*/logs/node2/*/attempt_0/1/stdout.log"
+    command = f"cat {log} 2>/dev/null | grep -c iteration"
+    failure = f"the smoke job printed fewer than {count} iterations in time"
+    _wait_for_count("node2", command, count, timeout, 1.0, failure)
 
 
 def wait_for_checkpoint(exp: str, iteration: int, timeout: float = 180) -> None:
     """Until the experiment's checkpoint tracker (Megatron's latest_checkpointed_iteration.txt, on the checkpoint
     volume the nodes share) says ``iteration`` or later."""
     tracker = f"/data/mtt-train-ops/checkpoints/{exp}/latest_checkpointed_iteration.txt"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = in_container("node1", f"cat {tracker} 2>/dev/null", check=False).stdout.strip()
-        if text.isdigit() and int(text) >= iteration:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no checkpoint of {exp} at iteration {iteration} in time")
+    failure = f"no checkpoint of {exp} at iteration {iteration} in time"
+    _wait_for_count("node1", f"cat {tracker} 2>/dev/null", iteration, timeout, 0.5, failure)
 
 
 def rank_pid(node: str, exp: str, rank: int) -> int:

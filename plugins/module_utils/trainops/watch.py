@@ -441,12 +441,12 @@ class Watcher:
 
     def next_probe_in(self) -> float:
         """Seconds until the next probe: ``poll_interval``, or :data:`ENDING_POLL_S` once the end is near (the
-        plan's last iteration seen, or a node's launch exited while others still run)."""
+        plan's last iteration seen, or a node's launch exited while others still run); never under a second."""
         last = (self.progress.last or {}).get("iteration")
         total = self.plan.get("train_iters")
         exited = any(state == "exited" for state, _ in self.nodes.values())
         near = exited or (last is not None and bool(total) and last >= total)
-        return min(self.request.poll_interval, ENDING_POLL_S) if near else self.request.poll_interval
+        return max(1.0, min(self.request.poll_interval, ENDING_POLL_S) if near else self.request.poll_interval)
 
     def on_probe(self, reply: Mapping[str, Any], now: float) -> list[str]:
         """Judge one probe; the lines to print (a progress line when one is due)."""

@@ -30,11 +30,13 @@ def write_files(run_dir: str, files: dict[str, str]) -> int:
     return len(files)
 
 
-def live_launches(run_groups_source: str, node: str, work_home: str) -> list[dict]:
-    """The live launches on this node, by the run_groups.py the run's files carry (stop.sh's own code)."""
+def busy_refusal(run_groups_source: str, node: str, work_home: str) -> str:
+    """Why this node is refused ("" when no launch of this bundle runs on it), by the run_groups.py the run's files
+    carry (stop.sh's own code, and the run_groups role's)."""
     run_groups: dict = {"__name__": "run_groups"}
     exec(compile(run_groups_source, "run_groups.py", "exec"), run_groups)  # noqa: S102 - the bundle's own file
-    return list(run_groups["live_groups"](node, work_home))
+    live = list(run_groups["live_groups"](node, work_home))
+    return run_groups["refusal"](node, live) if live else ""
 
 
 def main(argv: list[str]) -> int:
@@ -49,18 +51,9 @@ def main(argv: list[str]) -> int:
         print(f"refusing file names outside the run directory: {', '.join(bad)}", file=sys.stderr)
         return 2
     if args.node and args.work_home and "run_groups.py" in files:
-        live = live_launches(files["run_groups.py"], args.node, args.work_home)
-        if live:
-            runs = "; ".join(
-                f"run '{g['exp']}/{g['run_id']}' (process group {g['pgid']}, {g['processes']} processes, started "
-                f"{g['started']}) in {g['run_dir']}"
-                for g in live
-            )
-            print(
-                f"{args.node}: a job is running: {runs}; stop it with `ansible-playbook stop.yml`, then run "
-                "train.yml again",
-                file=sys.stderr,
-            )
+        refused = busy_refusal(files["run_groups.py"], args.node, args.work_home)
+        if refused:
+            print(refused, file=sys.stderr)
             return 3
     print(write_files(args.run_dir, files))
     return 0

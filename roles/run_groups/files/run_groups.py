@@ -156,6 +156,19 @@ def stop(group, grace):
     )
 
 
+def refusal(node, groups):
+    """The sentence that refuses a node where launches of this bundle run (train.yml's idle check, the launch)."""
+    runs = "".join(
+        f"run '{g['exp']}/{g['run_id']}' (process group {g['pgid']}, {g['processes']} processes, started "
+        f"{g['started']}) in {g['run_dir']}; "
+        for g in groups
+    )
+    return (
+        f"{node}: a job is running: {runs}stop it with `ansible-playbook stop.yml` (playbooks/status.yml shows its "
+        "progress), then run train.yml again."
+    )
+
+
 RESTART_MARK = "restarting"
 
 
@@ -185,7 +198,7 @@ def main():
     args = parser.parse_args()
     groups = list(live_groups(args.node, args.work_home, args.run_dir or None))
     if args.mode == "list":
-        print(json.dumps({"node": args.node, "live": groups}))
+        print(json.dumps({"node": args.node, "live": groups, "refusal": refusal(args.node, groups) if groups else ""}))
         return 0
     cancelled = cancel_restarts(args.work_home, args.run_dir or None) if args.cancel_restarts else []
     stopped = [stop(group, args.grace) for group in groups]
