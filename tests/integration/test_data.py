@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from testbed import NODE_CONTAINERS, ROOT, docker, in_container, in_node, playbook
+from testbed import NODE_CONTAINERS, ROOT, docker, has_megatron, in_container, in_node, latest_run, playbook
 
 pytestmark = [pytest.mark.testbed]
 
@@ -266,4 +266,43 @@ def test_train_takes_the_tokenizer_from_the_manifest_and_refuses_another(fixture
     assert "HuggingFaceTokenizer (from the dataset's manifest" in ran.stdout
     summary = r"dataset +\S+for-train: [\d,]+ tokens in [\d,]+ documents; the run reads [\d.e+-]+ epoch"
     assert re.search(summary, ran.stdout), ran.stdout[-4000:]
+    in_container("node2", f"rm -rf {BASE}", check=False)
+
+
+def test_megatron_reads_the_dataset_and_tokenizer_that_data_yml_built(fixtures):
+    """data.yml -> train.yml -e smoke=false: Megatron-LM's pretrain_gpt.py on 2 nodes (tp1 pp2 dp2) reads the
+    SentencePiece dataset data.yml built, with its tokenizer, each node holding its own copy (storage not shared);
+    the sample indexes Megatron builds on rank 0 go to the checkpoint storage the nodes share, where the ranks of
+    node2 read them."""
+    if not has_megatron():
+        pytest.skip("the stand-in image has no Megatron-LM tree (make megatron-src MEGATRON_TARBALL=...)")
+    tokenizer = TOKENIZERS["sentencepiece"][0]
+    prefix = f"{OUT}/for-megatron"
+    built = _data(*_args(fixtures["corpus"], prefix, tokenizer))
+    assert built.returncode == 0, built.stdout[-4000:]
+    for path in (prefix + ".bin", prefix + ".idx", prefix + ".manifest.json", tokenizer):
+        _copy_to_node2(path)
+    exp = "megatron-data"
+    in_container("node1", f"rm -rf /data/mtt-train-ops/checkpoints/{exp} /data/mtt-train-ops/runs/{exp}")
+    run = ("-e", "smoke=false", "-e", "model=tiny", "-e", "seq_length=128", "-e", "gbs=8", "-e", "mbs=2")
+    run += ("-e", "num_microbatches=none", "-e", "train_iters=6", "-e", "tp=1", "-e", "pp=2", "-e", f"exp={exp}")
+    run += ("-e", f"data_path={prefix}", "-e", f"tokenizer_path={tokenizer}")
+    run += ("-e", json.dumps({"training": {"save_interval": 0, "eval_iters": 0}}))
+    ran = playbook("train.yml", *run)
+    assert ran.returncode == 0, ran.stdout[-6000:]
+    assert "job          Megatron-LM pretrain_gpt.py" in ran.stdout
+    assert "SentencePieceTokenizer (from the dataset's manifest" in ran.stdout, ran.stdout[-4000:]
+    run_dir = latest_run(exp)
+    rank0 = next((run_dir / "node1").rglob("attempt_0/0/stdout.log")).read_text()
+    # Megatron's own argument dump and start-up lines: this dataset, this tokenizer (2,000 pieces, padded)
+    assert re.search(rf"data_path \.+ \['{re.escape(prefix)}'\]", rank0), rank0[:6000]
+    assert re.search(rf"tokenizer_model \.+ {re.escape(tokenizer)}\n", rank0)
+    assert "> building SentencePieceTokenizer tokenizer ..." in rank0
+    assert re.search(r"padded vocab \(size: 200\d\) with \d+ dummy tokens", rank0), rank0[:8000]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["job"] == "megatron" and summary["state"] == "finished" and summary["last_iteration"] == 6
+    # the sample indexes rank 0 built, on the storage the nodes share, describe this dataset
+    cache = f"/data/mtt-train-ops/checkpoints/{exp}/data-cache"
+    described = in_container("node2", f"cat {cache}/*-GPTDataset-train-description.txt", check=False).stdout
+    assert f'"dataset_path": "{prefix}"' in described, described
     in_container("node2", f"rm -rf {BASE}", check=False)

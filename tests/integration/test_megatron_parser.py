@@ -36,6 +36,8 @@ LAYOUTS = [
     # the straggler report and the collective timeout (hang detection's companions), on 2 and 16 ranks
     ("llama3-8b", 2, {"tp": 1, "pp": 2, "training": {"log_straggler": True, "distributed_timeout_minutes": 30}}),
     ("llama3-8b", 1, {"tp": 4, "pp": 2, "training": {"log_straggler": True}}),
+    # fp32 (no --bf16) with Megatron's own layers, as the testbed's resume comparisons run
+    ("llama3-8b", 2, {"tp": 2, "pp": 2, "precision": "fp32", "transformer_impl": "local", "flash_attention": False}),
 ]
 
 

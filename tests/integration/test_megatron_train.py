@@ -3,7 +3,9 @@ testbed with the argument vector the planner renders: TP inside a node, PP acros
 iteration, memory and checkpoint lines driving the progress and the report; a rank stopped with SIGSTOP is named,
 its peers caught waiting for it; a rank killed after a checkpoint restarts the run (-e max_restarts=1), and the
 next attempt loads Megatron's own torch_dist checkpoint, written by the ranks of both nodes into the checkpoint
-volume the testbed's nodes share (as a cluster's shared storage: docs/train.md), and finishes.
+volume the testbed's nodes share (as a cluster's shared storage: docs/train.md), and finishes; a node stopped with
+-e elastic=true re-plans tp1 pp2 dp2 to dp1 with the same global batch, and the loss from the resume on equals an
+uninterrupted run's (fp32, no dropout).
 
 Needs a stand-in image with a Megatron-LM tree (`make megatron-src`; .ci/run gives it the vendored tarball).
 """
@@ -21,7 +23,10 @@ from testbed import (
     INVENTORY,
     ROOT,
     clean_experiment,
+    docker,
     env,
+    has_megatron,
+    heal_node2,
     in_container,
     latest_run,
     no_rank_left,
@@ -41,14 +46,9 @@ MEGATRON = (
 )  # fmt: skip
 
 
-def _has_megatron() -> bool:
-    printed = subprocess.run([str(ROOT / "testbed" / "build-images.sh"), "--print"], capture_output=True, text=True)
-    return bool(json.loads(printed.stdout).get("standin_megatron_tree"))
-
-
 @pytest.fixture(scope="module")
 def megatron(provisioned):
-    if not _has_megatron():
+    if not has_megatron():
         pytest.skip("the stand-in image has no Megatron-LM tree (make megatron-src MEGATRON_TARBALL=...)")
     assert "pretrain_gpt.py" in in_container("node1", "ls /home/Megatron-LM").stdout
 
@@ -158,4 +158,64 @@ def test_a_killed_megatron_rank_restarts_the_run_from_megatrons_checkpoint(megat
     assert (run_dir / "attempt-1" / "node2").is_dir() and (run_dir / "attempt-1" / "attempt.json").is_file()
     assert (run_dir / "attempt-2" / "attempt.json").is_file()
     assert "recovery     1 restart(s)" in output
+    no_rank_left()
+
+
+def _losses(run_dir) -> dict[int, float]:
+    return {
+        m["iteration"]: m["losses"]["lm loss"]
+        for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    }
+
+
+def test_a_lost_node_with_elastic_resumes_megatron_at_half_the_dp_to_the_uninterrupted_loss(megatron):
+    """Issue 11 argued that a torch_dist checkpoint of dp 2 loads on dp 1 and that training goes on as it would
+    have: here it runs. In fp32 (Megatron's default without --bf16; dropout is always off) the loss of every
+    iteration after the resume equals an uninterrupted run's to 1e-5 (relative)."""
+    layout = ("-e", "tp=1", "-e", "pp=2", "-e", "precision=fp32", "-e", "train_iters=30")
+    saves = ("-e", json.dumps({"training": {"save_interval": 10, "eval_iters": 0}}))
+    clean_experiment("megatron-straight")
+    straight = playbook("train.yml", *layout, "-e", "exp=megatron-straight", *MEGATRON, *saves)
+    assert straight.returncode == 0, straight.stdout[-6000:]
+    assert "layout       tp=1 pp=2 cp=1 vpp=- dp=2" in straight.stdout
+    uninterrupted = _losses(latest_run("megatron-straight"))
+    assert sorted(uninterrupted) == list(range(1, 31))
+
+    exp = "megatron-elastic"
+    clean_experiment(exp)
+    job = _train(*layout, "-e", f"exp={exp}", "-e", "max_restarts=1", "-e", "elastic=true", *saves)
+    try:
+        wait_for_checkpoint(exp, 10, timeout=300)
+        docker("stop", "-t", "1", "mtt-node-2")  # a real fault: the node's engine, and both its ranks, gone
+        output, _ = job.communicate(timeout=900)
+    finally:
+        job.kill()
+        docker("start", "mtt-node-2")
+    try:
+        assert job.returncode == 0, output[-6000:]
+        said = " ".join(output.split())
+        change = re.search(r"re-planned without node2 \(-e elastic=true\): (.*?); starting attempt 2", said)
+        assert change and change.group(1).startswith(
+            "nodes 2 -> 1, dp 2 -> 1, micro-batches 2 -> 4, global batch 8 unchanged, node2 left out: "
+        ), said[-4000:]
+        run_dir = latest_run(exp)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["state"] == "finished" and summary["last_iteration"] == 30, summary.get("failure")
+        first, second = summary["attempts"]
+        resumed = second["resumed_from"]
+        assert resumed == first["checkpoint_at_end"] and resumed in (10, 20), summary["attempts"]
+        plan = json.loads((run_dir / "plan" / "plan.json").read_text())
+        assert (plan["tp"], plan["pp"], plan["dp"], plan["global_batch_size"]) == (1, 2, 1, 8)
+        assert [n["name"] for n in plan["nodes"]] == ["node1"]
+        # Megatron on the one node left: it loaded the two-node checkpoint (rank 0 says so) ...
+        loaded = re.compile(rf"successfully loaded checkpoint from \S*/checkpoints/{exp} .* at iteration {resumed}\b")
+        assert any(loaded.search(p.read_text()) for p in (run_dir / "node1").rglob("stdout.log"))
+        # ... and trained on as the uninterrupted run did
+        elastic = _losses(run_dir)
+        after = range(resumed + 1, 31)
+        assert all(i in elastic for i in after), sorted(elastic)
+        worst = max(abs(elastic[i] - uninterrupted[i]) / uninterrupted[i] for i in after)
+        assert worst < 1e-5, {i: (elastic[i], uninterrupted[i]) for i in after}
+    finally:
+        heal_node2()
     no_rank_left()

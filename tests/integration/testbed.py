@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -96,6 +97,12 @@ def no_rank_left() -> None:
 
 #: A small, quick run of the smoke job: 2 nodes x 2 ranks, tp=1 pp=1 dp=4, gbs 8, seq 128.
 SMALL = ("-e", "model=tiny", "-e", "seq_length=128", "-e", "num_microbatches=2", "-e", "progress_interval=2")
+
+
+def has_megatron() -> bool:
+    """Whether the testbed's stand-in image holds a Megatron-LM tree (make megatron-src)."""
+    printed = subprocess.run([str(ROOT / "testbed" / "build-images.sh"), "--print"], capture_output=True, text=True)
+    return bool(json.loads(printed.stdout).get("standin_megatron_tree"))
 
 
 def latest_run(exp: str) -> Path:

@@ -54,9 +54,9 @@ def test_every_card_states_its_facts_and_their_source(name):
 
 
 def test_peaks_as_their_sources_state_them():
-    assert PROFILES["musa"]["cards"]["S5000"]["peak_tflops"] == {"bf16": None, "fp8": None}
-    assert PROFILES["musa"]["cards"]["S4000"]["peak_tflops"] == {"bf16": 100, "fp8": None}
-    assert PROFILES["cuda"]["cards"]["H100"]["peak_tflops"] == {"bf16": 989, "fp8": 1979}
+    assert PROFILES["musa"]["cards"]["S5000"]["peak_tflops"] == {"bf16": None, "fp8": None, "fp32": None}
+    assert PROFILES["musa"]["cards"]["S4000"]["peak_tflops"] == {"bf16": 100, "fp8": None, "fp32": 25}
+    assert PROFILES["cuda"]["cards"]["H100"]["peak_tflops"] == {"bf16": 989, "fp8": 1979, "fp32": 67}
     # the cost model's stand-in rate for an unknown peak is the cuda profile's H100, not a figure of its own
     assert PROFILES["cuda"]["cards"][REFERENCE_CARD]["peak_tflops"] == REFERENCE_PEAK_TFLOPS
 
@@ -65,11 +65,11 @@ def test_a_card_without_its_facts_is_refused_naming_the_file_and_card(tmp_path):
     profile = dict(PROFILES["cuda"], default_card="B200")
     profile["cards"] = {
         "H100": {"memory_gib": 80, "peak_tflops": {"bf16": 989}, "intra_busbw_gbps": 360, "source": "datasheet"},
-        "H20": {"memory_gib": 0, "peak_tflops": {"bf16": 148, "fp8": 296}, "intra_busbw_gbps": 360},
+        "H20": {"memory_gib": 0, "peak_tflops": {"bf16": 148, "fp8": 296, "fp32": 44}, "intra_busbw_gbps": 360},
     }
     assert card_problems("cuda.yml", profile) == [
         "cuda.yml: default_card 'B200' is not one of its cards (H100, H20)",
-        "cuda.yml: card H100: peak_tflops must give bf16 and fp8, each a number or null",
+        "cuda.yml: card H100: peak_tflops must give bf16, fp8, fp32, each a number or null",
         "cuda.yml: card H20 lacks source",
         "cuda.yml: card H20: memory_gib must be a positive number",
     ]

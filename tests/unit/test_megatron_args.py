@@ -44,6 +44,21 @@ def test_pp1_has_no_stage_flags_and_bf16_has_no_fp8(llama8b, one_node):
     assert "--recompute-method" not in args
 
 
+def test_fp32_is_megatrons_default_without_bf16_or_fp8(tiny, one_node):
+    request = LayoutRequest(precision="fp32", transformer_impl="local", flash_attention=False, seq_length=128)
+    lay = plan_layout(tiny, one_node, request)
+    args = build_megatron_args(tiny, lay, PATHS)
+    assert "--bf16" not in args and "--accumulate-allreduce-grads-in-fp32" not in args
+    assert not [a for a in args if a.startswith("--fp8")]
+    bf16 = build_megatron_args(tiny, plan_layout(tiny, one_node, replace(lay.request, precision="bf16")), PATHS)
+    assert [a for a in bf16 if a not in args] == ["--bf16", "--accumulate-allreduce-grads-in-fp32"]
+
+
+def test_an_unknown_precision_names_the_three(llama8b, two_nodes):
+    with pytest.raises(PlanError, match="precision 'fp16' is unknown; use one of bf16, fp8, fp32"):
+        plan_layout(llama8b, two_nodes, LayoutRequest(precision="fp16"))
+
+
 def test_vpp_uses_virtual_stages_flag(llama8b, two_nodes):
     lay = plan_layout(llama8b, two_nodes, LayoutRequest(tp=2, pp=4, vpp=2))
     args = build_megatron_args(llama8b, lay, PATHS)
@@ -114,3 +129,12 @@ def test_mock_data_no_checkpoints_and_no_fused_kernels(llama8b, one_node):
     assert check_training(TrainingConfig(save_interval=-1), 100) == [
         "save_interval must be a whole number of iterations >= 0 (0: no checkpoints), got -1"
     ]
+
+
+def test_the_sample_indexes_go_where_every_node_sees_them(tiny, one_node):
+    """Megatron's rank 0 writes them and the other data ranks read them: not beside a node's own dataset copy."""
+    lay = plan_layout(tiny, one_node, LayoutRequest(seq_length=128))
+    args = build_megatron_args(tiny, lay, PATHS)
+    assert value_of(args, "--data-cache-path") == "/w/ck/data-cache"
+    mock = build_megatron_args(tiny, lay, replace(PATHS, data_path="mock"))
+    assert "--data-cache-path" not in mock and "--mock-data" in mock

@@ -129,3 +129,13 @@ def test_flops_per_iteration_scales_with_batch(llama8b):
     many = flops_per_iteration(llama8b, 4096, 128256, 1024)
     assert many["causal"] == pytest.approx(1024 * one["causal"])
     assert many["full"] > many["causal"]
+
+
+def test_fp32_keeps_no_main_params_and_doubles_the_activations(llama8b):
+    """FP32: 4-byte weights and grads, Adam's moments sharded (8 + 8/dp B), against BF16's 6 + 12/dp."""
+    bf16, fp32 = _stage0(llama8b), _stage0(llama8b, precision="fp32")
+    assert fp32.weights_and_optimizer / bf16.weights_and_optimizer == pytest.approx((8 + 8 / 8) / (6 + 12 / 8))
+    assert fp32.activations == 2 * bf16.activations
+    unsharded = _stage0(llama8b, precision="fp32", distributed_optimizer=False).weights_and_optimizer
+    assert unsharded / _stage0(llama8b, distributed_optimizer=False).weights_and_optimizer == pytest.approx(16 / 18)
+    assert _stage0(llama8b, precision="fp8") == bf16  # FP8 runs keep BF16 weights in Megatron's accounting

@@ -49,7 +49,7 @@ REQUIRED_KEYS = tuple(key for key, (_, required, _) in PROFILE_KEYS.items() if r
 #: What each card of a profile states.
 CARD_KEYS = ("memory_gib", "peak_tflops", "intra_busbw_gbps", "source")
 #: The precisions a card states a dense peak for.
-PEAK_PRECISIONS = ("bf16", "fp8")
+PEAK_PRECISIONS = ("bf16", "fp8", "fp32")
 
 
 def _number(value: Any) -> bool:
@@ -82,7 +82,7 @@ def card_problems(path: str, profile: Mapping[str, Any]) -> list[str]:
             or set(peaks) != set(PEAK_PRECISIONS)
             or not all(v is None or _number(v) for v in peaks.values())
         ):
-            problems.append(f"{where}: peak_tflops must give {' and '.join(PEAK_PRECISIONS)}, each a number or null")
+            problems.append(f"{where}: peak_tflops must give {', '.join(PEAK_PRECISIONS)}, each a number or null")
         if "source" in facts and not (isinstance(facts["source"], str) and facts["source"].strip()):
             problems.append(f"{where}: source must say where its figures come from")
     return problems

@@ -20,7 +20,7 @@ from .options import OptionError, convert
 #: peaks (stated in the recommendation table; a test holds them to backends/cuda.yml's H100). The ranking weighs
 #: compute against communication, so it needs a rate; its absolute tokens/s are then not that card's.
 REFERENCE_CARD = "H100"
-REFERENCE_PEAK_TFLOPS = {"bf16": 989, "fp8": 1979}
+REFERENCE_PEAK_TFLOPS = {"bf16": 989, "fp8": 1979, "fp32": 67}
 #: All-reduce bus bandwidth inside one node of a card no profile knows (set with accelerator_memory_gib).
 DEFAULT_INTRA_BUSBW_GBPS = 5.0
 #: Per-card share of the inter-node network (GB/s), e.g. one 200 Gb/s NIC per card.
@@ -189,7 +189,7 @@ def cluster_from_hosts(
         parsed.sort(key=lambda p: not p[4])  # stable: the master first, others keep order
     nodes = tuple(Node(name=p[0], addr=p[1], slots=p[2], node_rank=i) for i, p in enumerate(parsed))
     facts = known.get(card) or {"memory_gib": accelerator_memory_gib, "intra_busbw_gbps": DEFAULT_INTRA_BUSBW_GBPS}
-    peaks = dict(facts.get("peak_tflops") or {"bf16": None, "fp8": None})
+    peaks = dict(facts.get("peak_tflops") or dict.fromkeys(REFERENCE_PEAK_TFLOPS))
     if accelerator_peak_tflops:  # the site's figure for the run's precision (a plan has one)
         peaks = dict.fromkeys(peaks, float(accelerator_peak_tflops))
     return Cluster(

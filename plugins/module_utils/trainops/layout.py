@@ -19,7 +19,7 @@ from .errors import PlanError
 from .flops import layer_flops_per_token, output_layer_flops_per_token
 from .model import ModelSpec
 
-PRECISIONS = ("bf16", "fp8")
+PRECISIONS = ("bf16", "fp8", "fp32")
 RECOMPUTE = ("none", "selective", "full")
 #: Megatron's --transformer-impl: Transformer Engine layers (FP8, fused attention), or Megatron's own (local).
 TRANSFORMER_IMPLS = ("transformer_engine", "local")

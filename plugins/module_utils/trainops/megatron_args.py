@@ -62,6 +62,11 @@ class RunPaths:
     tensorboard_dir: str
 
 
+def data_cache_dir(paths: RunPaths) -> str:
+    """Where Megatron keeps the dataset's sample indexes: in the experiment's checkpoint dir."""
+    return f"{paths.checkpoint_dir}/data-cache"
+
+
 #: The most ranks the straggler report lists at each end (a 1,024-rank run lists its 64 slowest and fastest).
 STRAGGLER_LISTED_MAX = 64
 
@@ -157,7 +162,10 @@ def build_megatron_args(
     # Precision, layers and attention: the attention rendered is the one the memory estimate assumes
     # (layout.attention_kind). --use-flash-attn is not rendered: Megatron core 0.14 reads it only in the legacy
     # model; the core GPT model's attention follows --transformer-impl and --attention-backend.
-    args += ["--bf16", "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32"]
+    # fp32 is Megatron's default (no flag): weights, grads and their all-reduce are FP32 already.
+    if req.precision != "fp32":
+        args += ["--bf16", "--accumulate-allreduce-grads-in-fp32"]
+    args.append("--attention-softmax-in-fp32")
     args += ["--transformer-impl", req.transformer_impl]
     if req.precision == "fp8":
         args += ["--fp8-format", "hybrid"]
@@ -214,6 +222,11 @@ def build_megatron_args(
             paths.tokenizer_type,
             "--tokenizer-model",
             paths.tokenizer_model,
+            # Rank 0 builds the sample indexes and the other ranks that read data load them after a barrier: by
+            # default beside the dataset, which a rank on another node cannot see when each node holds its own copy.
+            # The checkpoint dir is on storage every node shares (docs/train.md).
+            "--data-cache-path",
+            data_cache_dir(paths),
         ]
     if paths.data_path != MOCK_DATA and paths.tokenizer_type == "TikTokenizer":
         pattern = str(model.tokenizer_options.get("tiktoken_pattern", "v2"))

@@ -13,7 +13,7 @@ Two functions:
   decides fit on the most loaded stage of this estimate. For an even split
   with sequence parallel and selective recompute both functions agree.
 
-Terms (Korthikanti et al. 2022, Table 2), per transformer layer and
+Terms (Korthikanti et al. 2022, Table 2, 16-bit activations; FP32 training doubles them), per transformer layer and
 micro-batch, in bytes: ``s*b*h*(18 + 4*ffn/h)`` kept for backward, all of it
 split over TP with sequence parallel, ``10*s*b*h`` replicated without it.
 Without flash attention (an unfused kernel, or Megatron's local DotProductAttention) the attention scores
@@ -48,9 +48,19 @@ def parameter_counts(model: ModelSpec, padded_vocab: int) -> dict[str, float]:
     return {"layer": layer, "embedding": embedding, "final_norm": final_norm, "total": total}
 
 
-def bytes_per_parameter(distributed_optimizer: bool, shards: int) -> float:
-    """BF16 weights and grads with FP32 main params and Adam: 18 B, or 6 + 12/shards sharded."""
+def bytes_per_parameter(distributed_optimizer: bool, shards: int, precision: str = "bf16") -> float:
+    """BF16 weights and grads with FP32 main params and Adam: 18 B, or 6 + 12/shards sharded (FP8 runs keep BF16
+    weights). FP32 training has no separate main params (the optimizer updates the weights themselves): FP32 weights
+    and grads with Adam's two moments, 16 B, or 8 + 8/shards sharded (the distributed optimizer shards only its
+    state)."""
+    if precision == "fp32":
+        return 8 + 8 / shards if distributed_optimizer else 16
     return 6 + 12 / shards if distributed_optimizer else 18
+
+
+def activation_scale(precision: str) -> float:
+    """The activation terms count 16-bit elements; FP32 training keeps 4-byte ones."""
+    return 2.0 if precision == "fp32" else 1.0
 
 
 def megatron_theoretical(
@@ -136,13 +146,14 @@ def estimate_stages(
     sequence_parallel: bool,
     recompute: str,
     flash_attention: bool,
+    precision: str = "bf16",
 ) -> list[StageMemory]:
     """Weights + optimizer and activations for every pipeline stage (bytes per card)."""
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}")
     pp = len(stage_layers)
     counts = parameter_counts(model, padded_vocab)
-    per_param = bytes_per_parameter(distributed_optimizer, dp * cp)
+    per_param = bytes_per_parameter(distributed_optimizer, dp * cp, precision)
     s, b, h = seq_length // cp, micro_batch_size, model.hidden_size
     kept, working = layer_activation_bytes(
         model,
@@ -172,5 +183,5 @@ def estimate_stages(
             act += (8 * s * b + s * b * h) * in_flight / split_tp
         if i == pp - 1:
             act += s * b * h * 4 * (1 + padded_vocab / h) / split_tp
-        stages.append(StageMemory(i, layers, params / tp * per_param, act))
+        stages.append(StageMemory(i, layers, params / tp * per_param, act * activation_scale(precision)))
     return stages

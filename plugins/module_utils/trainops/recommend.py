@@ -69,6 +69,7 @@ def layout_stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
         sequence_parallel=layout.sequence_parallel,
         recompute=req.recompute,
         flash_attention=not keeps_attention_scores(req),
+        precision=req.precision,
     )
 
 
