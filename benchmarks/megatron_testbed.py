@@ -145,8 +145,10 @@ def recovery(round_: int) -> float:
         killed = time.monotonic()
         log = f"{runs}/*/logs/node2/*/attempt_0/1/stdout.log"
         started = _wait(
-            lambda: in_container("node2", f"ls -d {runs}/*/attempt-1 >/dev/null 2>&1").returncode == 0
-            and _has_iteration(log),
+            lambda: (
+                in_container("node2", f"ls -d {runs}/*/attempt-1 >/dev/null 2>&1").returncode == 0
+                and _has_iteration(log)
+            ),
             "attempt 2's first iteration",
         )
         return started - killed
@@ -180,9 +182,9 @@ def main() -> None:
     for name, cols in rows.items():
         hand_start, yml_start, hand_ms, yml_ms = (statistics.median(col) for col in zip(*cols, strict=True))
         print(
-            f"median {name}: start-up by hand {hand_start:5.1f} s | train.yml to the first iteration {yml_start:5.1f} s "
-            f"| overhead {yml_start - hand_start:4.1f} s | step {hand_ms:6.1f} ms by hand, {yml_ms:6.1f} ms in "
-            f"train.yml (ratio {yml_ms / hand_ms:.3f})"
+            f"median {name}: start-up by hand {hand_start:5.1f} s | train.yml to the first iteration "
+            f"{yml_start:5.1f} s | overhead {yml_start - hand_start:4.1f} s | step {hand_ms:6.1f} ms by hand, "
+            f"{yml_ms:6.1f} ms in train.yml (ratio {yml_ms / hand_ms:.3f})"
         )
     print(f"median recovery (tp1 pp2 dp2): {statistics.median(recoveries):5.1f} s")
 
