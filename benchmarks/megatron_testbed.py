@@ -58,6 +58,12 @@ def _has_iteration(log_glob: str) -> bool:
     return in_container("node2", f"grep -qs ' iteration ' {log_glob}").returncode == 0
 
 
+def _clean(exp: str) -> None:
+    """The experiment's run dirs (node-local) and checkpoints (shared), on both nodes."""
+    for node in NODES:
+        in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
+
+
 def _step_ms(log_text: str) -> float:
     """The median of Megatron's own per-iteration time, after the first 3 iterations."""
     times = [float(ms) for it, ms in _ELAPSED.findall(log_text) if int(it) > 3]
@@ -108,7 +114,7 @@ def with_train_yml(tp: int, pp: int, iters: int, round_: int) -> tuple[float, fl
     """(seconds from train.yml's start to the last rank's first iteration line, step ms) of the same run."""
     exp = f"bench-megatron-{tp}{pp}-{round_}"
     runs = f"/data/mtt-train-ops/runs/{exp}"
-    in_container("node1", f"rm -rf {runs} /data/mtt-train-ops/checkpoints/{exp}")
+    _clean(exp)
     started = time.monotonic()
     job = subprocess.Popen(
         [str(BIN / "ansible-playbook"), "-i", "inventory/testbed", "train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}",
@@ -130,7 +136,7 @@ def recovery(round_: int) -> float:
     exp = f"bench-megatron-recover-{round_}"
     runs = f"/data/mtt-train-ops/runs/{exp}"
     tracker = f"/data/mtt-train-ops/checkpoints/{exp}/latest_checkpointed_iteration.txt"
-    in_container("node1", f"rm -rf {runs} /data/mtt-train-ops/checkpoints/{exp}")
+    _clean(exp)
     saves = ("-e", json.dumps({"training": {"save_interval": 10, "eval_iters": 0}}))
     job = subprocess.Popen(
         [str(BIN / "ansible-playbook"), "-i", "inventory/testbed", "train.yml", "-e", "tp=1", "-e", "pp=2",
