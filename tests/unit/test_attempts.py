@@ -28,8 +28,22 @@ def _exited(node="node2"):
             "last_iteration": LINE, "first_iteration_s": 5.0}  # fmt: skip
 
 
-def _summary(last=13):
-    return {"last_iteration": last, "failure": {"kind": "child_failed", "message": "boom"}, "failure_text": "boom"}
+def _summary(last=13, node="node2", rank=3):
+    failure = {"kind": "child_failed", "node": node, "rank": rank, "message": "Signal 9 (SIGKILL)"}
+    return {"last_iteration": last, "failure": failure, "failure_text": f"{node} rank {rank}: Signal 9 (SIGKILL)"}
+
+
+def test_the_record_names_the_culprit_not_the_first_node_the_watcher_saw_exit(tmp_path):
+    """Rank 2 SIGKILLed on node2: node1's torchrun, whose ranks lost their peer, exits first. The record (and any
+    decision that reads it) names node2, the culprit of the report; what the watcher saw first is kept."""
+    Attempts(str(tmp_path)).begin(_plan(), "", now=100.0, run_started=1.0)
+    Attempts(str(tmp_path)).end(FANOUT_OK, _exited("node1"), now=160.0)
+    judged = Attempts(str(tmp_path)).judge(OPTIONS, _summary(rank=2), {"checkpoint": "10", "restarting": True},
+                                           NAMES, {})  # fmt: skip
+    assert judged["message"].startswith("attempt 1 failed: node2 rank 2: Signal 9 (SIGKILL) -> ")
+    record = json.loads((tmp_path / "attempt-1" / "attempt.json").read_text())
+    assert (record["node"], record["rank"], record["cause"]) == ("node2", 2, "node2 rank 2: Signal 9 (SIGKILL)")
+    assert record["seen_first"] == "torchrun on node1 exited with status 1"
 
 
 def _reread(tmp_path) -> Attempts:
@@ -46,7 +60,7 @@ def test_a_cured_failure_relaunches_from_the_checkpoint_then_finishes(tmp_path):
                                      "node2", "node3"], {})  # fmt: skip
     assert judged["next"] == "relaunch" and judged["decision"]["retry"]
     assert judged["message"] == (
-        "attempt 1 failed: torchrun on node2 exited with status 1 -> attempt 1 failed (exited): restart 1 of 2; "
+        "attempt 1 failed: node2 rank 3: Signal 9 (SIGKILL) -> attempt 1 failed (exited): restart 1 of 2; "
         "starting attempt 2 from checkpoint 10"
     )
     record = json.loads((tmp_path / "attempt-1" / "attempt.json").read_text())

@@ -81,7 +81,8 @@ def test_attempt_record_from_the_watchers_outcome_and_the_logs_summary():
     record = recovery.attempt_record(2, 100.0, 160.0, outcome, {"last_iteration": 17, "failure": failure}, 10, 15)
     assert record == {
         "attempt": 2, "started_at": 100.0, "ended_at": 160.0, "state": "failed", "kind": "exited", "node": "node2",
-        "cause": "torchrun exited 1", "failure_kind": "oom", "exception": "RuntimeError",
+        "rank": None, "cause": "torchrun exited 1", "seen_first": "torchrun exited 1", "failure_kind": "oom",
+        "exception": "RuntimeError",
         "resumed_from": 10, "last_iteration": 17, "checkpoint_at_end": 15, "first_iteration_at": 112.5,
     }  # fmt: skip
 

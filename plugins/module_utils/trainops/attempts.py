@@ -188,8 +188,7 @@ class Attempts:
             len(plan["nodes"]),
         )
         step = "end" if not decision["retry"] else ("replan" if decision.get("replan") else "relaunch")
-        failure = (summary or {}).get("failure_text") or (summary or {}).get("failure") or ""
-        current.update(decision=decision, next_step=step, lost=lost, cause=outcome.get("reason") or failure)
+        current.update(decision=decision, next_step=step, lost=lost, cause=record["cause"])
         recovery.write_attempt(self.run_dir, record, set_aside=False, plan=plan)
         self._say()
         self._save()

@@ -40,7 +40,12 @@ def attempt_record(
 ) -> dict[str, Any]:
     """One attempt: ``outcome`` is the watcher's (state, kind, node, reason, first_iteration_s), ``summary`` the
     report's summary of its logs (``last_iteration``, ``failure`` with the kind of the error torchrun's summary
-    points at), iterations as Megatron counts them."""
+    points at), iterations as Megatron counts them.
+
+    ``node`` and ``cause`` name the culprit: the report's failure (a hang's culprit, a lost node, the rank whose
+    error explains the others), not the first node the watcher saw exit, which may only have lost its peers (a
+    rank SIGKILLed on node2 makes node1's torchrun exit too, and sooner). What the watcher saw is kept in
+    ``seen_first``."""
     summary = summary or {}
     failure = summary.get("failure") or {}
     last = summary.get("last_iteration")
@@ -57,8 +62,10 @@ def attempt_record(
         "ended_at": round(ended_at, 1),
         "state": outcome.get("state"),
         "kind": outcome.get("kind"),
-        "node": outcome.get("node"),
-        "cause": outcome.get("reason") or failure.get("message") or "",
+        "node": failure.get("node") or outcome.get("node"),
+        "rank": failure.get("rank"),
+        "cause": summary.get("failure_text") or outcome.get("reason") or failure.get("message") or "",
+        "seen_first": outcome.get("reason"),
         "failure_kind": source.get("kind") or failure.get("kind"),
         "exception": " ".join(str(failure.get(k)) for k in ("exception", "error") if failure.get(k)) or None,
         "resumed_from": resumed_from,
