@@ -145,6 +145,8 @@ def test_a_killed_megatron_rank_restarts_the_run_from_megatrons_checkpoint(megat
     assert summary["job"] == "megatron" and summary["state"] == "finished" and summary["last_iteration"] == 40
     first, second = summary["attempts"]
     assert first["state"] == "failed" and second["state"] == "finished"
+    # the record names the culprit, whichever torchrun the watcher saw exit first
+    assert (first["node"], first["rank"]) == ("node2", 3) and "SIGKILL" in first["cause"], first
     assert second["resumed_from"] == first["checkpoint_at_end"] >= 10
     # the second attempt's ranks say, in Megatron's own words, that they loaded that checkpoint (rank 0 prints it)
     resumed = second["resumed_from"]
