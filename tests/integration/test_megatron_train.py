@@ -57,8 +57,10 @@ def megatron(provisioned):
 def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron, tp, pp, dp):
     exp = f"megatron-tp{tp}pp{pp}"
     clean_experiment(exp)
+    # validation every 5 iterations (2 batches), checkpoints at 5 and 10
+    evals = ("-e", json.dumps({"training": {"save_interval": 5, "eval_interval": 5, "eval_iters": 2}}))
     first = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", "train_iters=10", "-e", f"exp={exp}",
-                     *MEGATRON)  # fmt: skip
+                     *MEGATRON, *evals)  # fmt: skip
     assert first.returncode == 0, first.stdout[-6000:]
     assert "job          Megatron-LM pretrain_gpt.py" in first.stdout
     assert f"layout       tp={tp} pp={pp} cp=1 vpp=- dp={dp}" in first.stdout
@@ -75,6 +77,11 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
     memory = [json.loads(line) for line in (run_dir / "memory.jsonl").read_text().splitlines()]
     printing = [rank for rank in range(tp * pp * dp) if (rank // tp) % dp == 0]
     assert sorted(m["rank"] for m in memory) == printing and all(m["max_reserved_mb"] > 0 for m in memory)
+    # Megatron's own validation lines (the last rank prints them) and checkpoint lines (rank 0), parsed
+    assert summary["last_validation"]["iteration"] == 10 and summary["last_validation"]["losses"]["lm loss"] > 0
+    directory = f"/data/mtt-train-ops/checkpoints/{exp}"
+    assert summary["checkpoints"]["saved"] == [{"iteration": 5, "dir": directory}, {"iteration": 10, "dir": directory}]
+    assert summary["checkpoints"]["save_ms"]["count"] == 2 and summary["checkpoints"]["loaded"] == []
     # Megatron's torch_dist checkpoints of iterations 5 and 10: the tracker and metadata on the master (rank 0)
     saved = in_container("node1", f"cat /data/mtt-train-ops/checkpoints/{exp}/latest_checkpointed_iteration.txt")
     assert saved.stdout.strip() == "10"
@@ -152,6 +159,7 @@ def test_a_killed_megatron_rank_restarts_the_run_from_megatrons_checkpoint(megat
     resumed = second["resumed_from"]
     loaded = re.compile(rf"successfully loaded checkpoint from \S*/checkpoints/{exp} .* at iteration {resumed}\b")
     assert any(loaded.search(p.read_text()) for p in (run_dir / "node1").rglob("stdout.log"))
+    assert summary["checkpoints"]["loaded"] == [{"iteration": resumed, "dir": f"/data/mtt-train-ops/checkpoints/{exp}"}]
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert iterations[-(40 - resumed) :] == list(range(resumed + 1, 41))
     recovery = summary["recovery"]

@@ -1214,3 +1214,18 @@ def test_benchmark_script_runs_on_a_small_log():
     )
     assert proc.returncode == 0, proc.stderr
     assert "iteration lines/s" in proc.stdout and "60,000 iteration lines" in proc.stdout  # no timing asserted
+
+
+def test_a_real_testbed_log_resumed_from_a_checkpoint():
+    """Megatron core_v0.14.0's pretrain_gpt.py on the CPU testbed (tp1 pp2, fp32): the second attempt of an elastic
+    run, as torchrun wrote it (rank 0: its argument dump and checkpoint lines; rank 1, the last: iterations and
+    timers). It loaded iteration 10, saved 20 and 30, and the timers give each save's stall."""
+    log = parse_path(FIXTURES / "testbed-cpu-tp1pp2-resumed")
+    s = log.summary
+    assert (s["state"], s["last_iteration"], s["train_iters"], s["iterations_parsed"]) == ("finished", 30, 30, 20)
+    assert s["losses"]["lm loss"] == {"first": 8.329462, "first_iteration": 11, "last": 8.310482, "last_iteration": 30}
+    directory = "/data/mtt-train-ops/checkpoints/megatron-elastic"
+    assert s["checkpoints"]["loaded"] == [{"iteration": 10, "dir": directory}]
+    assert s["checkpoints"]["saved"] == [{"iteration": 20, "dir": directory}, {"iteration": 30, "dir": directory}]
+    assert (s["checkpoints"]["save_ms"]["count"], s["checkpoints"]["save_ms"]["max"]) == (2, 2387.4)
+    assert s["failure"] is None and log.failures == []

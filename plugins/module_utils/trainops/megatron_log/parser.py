@@ -18,11 +18,14 @@ from .patterns import (
     _ITER,
     _ITER_TIME_SAMPLES,
     _KNOWN_FIELDS,
+    _LOADED,
     _MEMORY,
     _MEMORY_FIELDS,
     _NAN,
     _OOM,
     _PARAMETERS,
+    _SAVE_TIMER,
+    _SAVED,
     _THEORETICAL,
     _TIMESTAMP,
     _TORCH_PREFIX,
@@ -64,6 +67,7 @@ class MegatronLogParser(_FailureAssembly):
         self.failures: list[dict[str, Any]] = []
         self.failures_omitted = 0
         self.validation: list[dict[str, Any]] = []
+        self.checkpoints: list[dict[str, Any]] = []
         self.theoretical_memory: list[dict[str, Any]] = []
         self.parameters: dict[str, float] = {}
         self.events: list[dict[str, Any]] = []
@@ -198,6 +202,9 @@ class MegatronLogParser(_FailureAssembly):
             if "loss at iteration" in line and (match := _VALIDATION.search(line)):
                 self._validation(match)
                 return
+            if "checkpoint" in line and (match := _SAVED.search(line) or _LOADED.search(line)):
+                self._checkpoint(match)
+                return
         else:
             line = line.rstrip()
         if "Traceback (most recent call last)" in line:
@@ -216,6 +223,16 @@ class MegatronLogParser(_FailureAssembly):
         if "ChildFailedError" in line and line.rstrip().endswith(":"):
             self._finish(key)
             self._pending[key] = _ChildFailed(self._lineno)
+            return
+        if "save-checkpoint" in line and (match := _SAVE_TIMER.match(line)):
+            self.checkpoints.append(
+                {
+                    "event": "save_time",
+                    "min_ms": float(match.group(1)),
+                    "max_ms": float(match.group(2)),
+                    "file": self._source,
+                }  # fmt: skip
+            )
             return
         if "Theoretical memory" in line and (match := _THEORETICAL.search(line)):
             self.theoretical_memory.append(
@@ -433,6 +450,14 @@ class MegatronLogParser(_FailureAssembly):
         self.memory.append(rec)
         self.stats.add_memory(rec)
 
+    def _checkpoint(self, match: re.Match[str]) -> None:
+        if match.re is _SAVED:
+            rec = {"event": "saved", "iteration": int(match.group(1)), "dir": match.group(2)}
+        else:
+            rec = {"event": "loaded", "iteration": int(match.group(2)), "dir": match.group(1)}
+        rec["file"] = self._source
+        self.checkpoints.append(rec)
+
     def _validation(self, match: re.Match[str]) -> None:
         rec: dict[str, Any] = {
             "iteration": int(match.group(2)),
@@ -459,6 +484,7 @@ class MegatronLogParser(_FailureAssembly):
             memory=list(self.memory),
             failures=self.failures,
             validation=self.validation,
+            checkpoints=self.checkpoints,
             theoretical_memory=self.theoretical_memory,
             parameters=self.parameters,
             events=self.events,

@@ -81,6 +81,12 @@ _TORCH_PREFIX = re.compile(r"\[(rank|default)(\d+)\]:\s?")
 _MEMORY = re.compile(r"\[Rank\s+(\d+)\]\s*\(after\s+(\d+)\s+iterations?\)\s*memory\s*\(MB\)\s*(.*)$")
 _VALIDATION = re.compile(r"\b(validation|test)\s+loss\s+at\s+iteration\s+(\d+)\b[^|]*\|(.*)$")
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+#: Megatron's checkpoint lines (rank 0): "successfully saved checkpoint from iteration      20 to DIR [ t 1/1, p 1/2 ]",
+#: "successfully loaded checkpoint from DIR [ t 1/1, p 1/2 ] at iteration 10"; and the save's stall as the last
+#: rank's timer prints it ("    save-checkpoint ....: (236.95, 237.04)": min and max over the ranks, ms).
+_SAVED = re.compile(r"successfully saved checkpoint from iteration\s+(\d+) to (\S+)")
+_LOADED = re.compile(r"successfully loaded checkpoint from (\S+) .*?at iteration (\d+)")
+_SAVE_TIMER = re.compile(r"^\s*save-checkpoint \.+: \(" + _NUMBER + r", " + _NUMBER + r"\)")
 _THEORETICAL = re.compile(
     r"Theoretical memory footprints:\s*weight and optimizer\s*=\s*" + _NUMBER + r"\s*MB"
     r"(?:\s*,\s*activation\s*=\s*" + _NUMBER + r"\s*MB)?(?:\s*,\s*total\s*=\s*" + _NUMBER + r"\s*MB)?"

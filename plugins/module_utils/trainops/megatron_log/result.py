@@ -20,6 +20,8 @@ class MegatronLog:
     memory: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     validation: list[dict[str, Any]] = field(default_factory=list)
+    #: Megatron's checkpoint lines: ``saved`` and ``loaded`` (iteration, dir) and ``save_time`` (min/max ms).
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
     theoretical_memory: list[dict[str, Any]] = field(default_factory=list)
     parameters: dict[str, float] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -37,6 +39,7 @@ class MegatronLog:
             "memory": list(self.memory),
             "failures": list(self.failures),
             "validation": list(self.validation),
+            "checkpoints": list(self.checkpoints),
             "theoretical_memory": list(self.theoretical_memory),
             "parameters": dict(self.parameters),
             "events": list(self.events),
@@ -47,6 +50,17 @@ class MegatronLog:
             "counts": dict(self.counts),
             "summary": self.summary,
         }
+
+
+def _checkpoints(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Megatron's saves and loads, in log order, and each save's stall (the slowest rank's save-checkpoint timer)."""
+    records = list(records)
+    saves = [r["max_ms"] for r in records if r["event"] == "save_time"]
+    return {
+        "saved": [{"iteration": r["iteration"], "dir": r["dir"]} for r in records if r["event"] == "saved"],
+        "loaded": [{"iteration": r["iteration"], "dir": r["dir"]} for r in records if r["event"] == "loaded"],
+        "save_ms": _Distribution(saves).summary(),
+    }
 
 
 def summarize(
@@ -79,6 +93,7 @@ def summarize(
         stats = log.stats
         failures_list = list(log.failures)
         validation = log.validation
+        checkpoints = log.checkpoints
         theoretical = log.theoretical_memory
         events = log.events
         attempts = log.attempts
@@ -88,6 +103,7 @@ def summarize(
         stats = _from_records(log, memory)
         failures_list = list(failures)
         validation, theoretical, events, attempts, rejected, omitted = [], [], [], [], {}, 0
+        checkpoints = []
 
     warmup = max(0, int(warmup_iterations))
     # Iterations increase within a segment, so its warm-up records are a prefix of it: one bisection each.
@@ -178,6 +194,7 @@ def summarize(
         "max_allocated_mb_by_rank": {str(r): v for r, v in sorted(stats.max_allocated.items())},
         "memory_records": stats.memory_count,
         "last_validation": validation[-1] if validation else None,
+        "checkpoints": _checkpoints(checkpoints),
         "theoretical_memory": theoretical[-1] if theoretical else None,
         "failure": failure,
         "failures_by_kind": by_kind,
