@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
+from trainops import incidents as incidents_core  # noqa: E402
 from trainops import outcome as outcome_core  # noqa: E402
 from trainops import watch as watch_core  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
@@ -45,6 +47,14 @@ def status_text(probes: Sequence[Mapping[str, Any]]) -> str:
     return outcome_core.status_text(runs)
 
 
+def left_out(runs_dir: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """The nodes the site's incident record leaves out of a new run (trainops.incidents), each with why."""
+    window, limit = float(options["incident_window_days"]), int(options["incident_limit"])
+    records = incidents_core.read(incidents_core.path_in(runs_dir))
+    found = incidents_core.implicated(records, time.time(), window, limit)
+    return {node: incidents_core.exclusion_text(node, rows, window) for node, rows in sorted(found.items())}
+
+
 class FilterModule:
     """mtt-train-ops filters: a run's watch options and the texts of its outcome."""
 
@@ -55,4 +65,6 @@ class FilterModule:
             "trainops_silent_nodes_text": silent_nodes_text,
             "trainops_status_text": status_text,
             "trainops_watch_options": watch_options,
+            "trainops_left_out": left_out,
+            "trainops_incident_line": incidents_core.line,
         }

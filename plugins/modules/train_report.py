@@ -35,8 +35,12 @@ options:
       ranks' is a straggler (from the straggler report rank 0 prints).
     type: float
     default: 1.2
+  incidents_file:
+    description: The site's incident record (C(<runs_dir>/incidents.jsonl)); the run's incidents (each failed
+      attempt's culprit, each lost node) are appended to it, once per run, attempt, node and kind.
+    type: path
 notes:
-  - Run it on the controller. It writes only inside O(run_dir).
+  - Run it on the controller. It writes only inside O(run_dir), and to O(incidents_file).
 """
 
 EXAMPLES = r"""
@@ -65,11 +69,18 @@ state:
   description: finished, failed, running or empty.
   returned: success
   type: str
+incidents:
+  description: The incidents this call added to O(incidents_file) (node, kind, cause, run, attempt, evidence).
+  returned: success
+  type: list
+  elements: dict
 """
 
 import os  # noqa: E402
+import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.trainops import incidents  # noqa: E402
 from ansible.module_utils.trainops.megatron_log import LogPathError  # noqa: E402
 from ansible.module_utils.trainops.run_report import write_report  # noqa: E402
 
@@ -81,6 +92,7 @@ def main() -> None:
             "plan": {"type": "dict", "required": True},
             "incident": {"type": "dict"},
             "straggler_ratio": {"type": "float", "default": 1.2},
+            "incidents_file": {"type": "path"},
         },
         supports_check_mode=False,
     )
@@ -91,12 +103,21 @@ def main() -> None:
         summary = write_report(p["run_dir"], p["plan"], p["incident"], p["straggler_ratio"])
     except (LogPathError, OSError) as exc:
         module.fail_json(msg=f"cannot write the report of {p['run_dir']}: {exc}")
+    added = []
+    if p["incidents_file"]:
+        run = f"{p['plan']['exp_name']}/{p['plan']['run_id']}"
+        found = incidents.from_run(run, summary.get("attempts") or [], summary, summary.get("nodes_missing") or [])
+        try:
+            added = incidents.record(p["incidents_file"], found, time.time())
+        except OSError as exc:
+            module.fail_json(msg=f"cannot add the run's incidents to {p['incidents_file']}: {exc}")
     module.exit_json(
         changed=True,
         summary=summary,
         table=summary["table"],
         failure=summary["failure_text"],
         state=summary["state"],
+        incidents=added,
     )
 
 

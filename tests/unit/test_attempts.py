@@ -46,6 +46,24 @@ def test_the_record_names_the_culprit_not_the_first_node_the_watcher_saw_exit(tm
     assert record["seen_first"] == "torchrun on node1 exited with status 1"
 
 
+def test_with_elastic_a_hangs_culprit_is_isolated_and_the_run_re_planned_without_it(tmp_path):
+    Attempts(str(tmp_path)).begin(_plan(), "", now=100.0, run_started=1.0)
+    hung = {"state": "failed", "kind": "hang", "node": "node2", "last_iteration": LINE, "first_iteration_s": 5.0,
+            "reason": "node2 rank 2 (local rank 0): hung: state T: stopped by a signal"}  # fmt: skip
+    Attempts(str(tmp_path)).end(FANOUT_OK, hung, now=160.0)
+    summary = {"last_iteration": 13, "failure": {"kind": "hang", "node": "node2", "rank": 2},
+               "failure_text": "node2 rank 2 (local rank 0): hung: state T: stopped by a signal"}  # fmt: skip
+    marks = {"checkpoint": "10", "restarting": True}
+    judged = Attempts(str(tmp_path)).judge(dict(OPTIONS, elastic=True), summary, marks, NAMES, {})
+    assert judged["next"] == "replan" and list(judged["lost"]) == ["node2"]
+    assert judged["lost"]["node2"].startswith("isolated as the hang's culprit in attempt 1 (node2 rank 2")
+    # without elastic the restart goes on the same nodes, as before
+    Attempts(str(tmp_path / "b")).begin(_plan(), "", now=100.0, run_started=1.0)
+    Attempts(str(tmp_path / "b")).end(FANOUT_OK, hung, now=160.0)
+    again = Attempts(str(tmp_path / "b")).judge(OPTIONS, summary, marks, NAMES, {})
+    assert again["next"] == "relaunch" and again["lost"] == {}
+
+
 def _reread(tmp_path) -> Attempts:
     """A new instance: every step must work from attempts.json alone."""
     return Attempts(str(tmp_path))

@@ -34,7 +34,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import recovery
+from . import incidents, recovery
 from .outcome import train_outcome
 from .plan import tracker_iteration, with_resume
 
@@ -178,6 +178,11 @@ class Attempts:
             tracker_iteration(marks.get("checkpoint")),
         )
         self.state["records"].append(record)
+        suspect = incidents.suspect(record)
+        in_plan = [n["name"] for n in plan["nodes"]]
+        if suspect and options.get("elastic") and record["node"] in in_plan and record["node"] not in lost:
+            # a hang's culprit, or a device error: the next attempt goes on without that node (isolate first)
+            lost[record["node"]] = f"isolated as {suspect}"
         decision = recovery.retry_decision(
             self.state["records"],
             int(options["max_restarts"]),

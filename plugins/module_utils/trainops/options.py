@@ -25,7 +25,7 @@ from typing import Any
 
 from .slurm import time_limit
 
-PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data")
+PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data", "incidents")
 
 #: Run ids, experiment names, container names: one path component, at most 100 of these characters.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]{0,99}$")
@@ -144,7 +144,7 @@ OPTIONS: dict[str, Option] = {
         _o("plan_dir", "controller_path", "Where plan.yml writes the plan, on the controller.", ("plan",),
            docs="docs/plan.md"),
         _o("runs_dir", "controller_path", "Directory of every run on the controller; unset: <project>/runs.",
-           ("plan", "train", "report")),
+           ("plan", "train", "report", "incidents")),
         # --- paths inside the containers, cluster facts -----------------------------------------------------------
         _o("work_home", "container_path", "Directory inside the containers for runs and checkpoints.",
            ("plan", "train", "stop", "status"), "/data/mtt-train-ops", where="cluster"),
@@ -209,6 +209,11 @@ OPTIONS: dict[str, Option] = {
            False, docs="docs/train.md"),
         _o("min_nodes", "int", "The fewest nodes an elastic re-plan may use.", ("train",), 1, minimum=1,
            docs="docs/train.md"),
+        _o("incident_limit", "int", "Incidents within incident_window_days that leave a node out of the next run "
+           "(0: never).", ("train", "incidents"), 2, minimum=0, docs="docs/incidents.md"),
+        _o("incident_window_days", "float", "The days over which a node's incidents count.", ("train", "incidents"),
+           14.0,
+           minimum=0.0, above=True, docs="docs/incidents.md"),
         _o("stop_grace", "int", "Seconds between SIGTERM and SIGKILL when a run is stopped.", ("train", "stop"), 30,
            minimum=0, docs="docs/train.md", extra={"slurm_default": 20}),
         # --- the launcher -----------------------------------------------------------------------------------------
@@ -235,6 +240,9 @@ OPTIONS: dict[str, Option] = {
         _o("remove_container", "bool", "Also remove the training container.", ("stop",), False),
         _o("run", "controller_path", "The run directory to report on (runs/<exp>/<run_id>).", ("report",),
            docs="docs/train.md"),
+        # --- incidents.yml ----------------------------------------------------------------------------------------
+        _o("clear", "name", "A node whose incidents so far are cleared, after a repair.", ("incidents",),
+           docs="docs/incidents.md"),
         # --- data.yml ---------------------------------------------------------------------------------------------
         _o("input", "container_path", "Raw JSONL inside the training container.", ("data",), docs="docs/data.md"),
         _o("output_prefix", "container_path", "Output prefix inside the container (.bin/.idx are added).",

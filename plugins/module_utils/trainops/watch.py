@@ -36,7 +36,7 @@ from .run_report import progress_line
 #: The watcher's options (their types, ranges and defaults are :data:`.options.OPTIONS`').
 NAMES = (
     "train_wait", "poll_interval", "progress_interval", "start_timeout", "wait", "fresh", "hang_timeout", "on_hang",
-    "straggler_ratio", "max_restarts", "elastic", "min_nodes",
+    "straggler_ratio", "max_restarts", "elastic", "min_nodes", "incident_limit", "incident_window_days",
 )  # fmt: skip
 
 

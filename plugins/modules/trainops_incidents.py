@@ -1,0 +1,99 @@
+#!/usr/bin/python
+"""Ansible module: list the site's incident record, or clear a node's incidents after a repair."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: trainops_incidents
+short_description: List the site's incident record, or clear a node's incidents
+description:
+  - Reads C(<runs_dir>/incidents.jsonl) on the controller (train.yml appends each run's incidents: a hang's
+    culprit, a rank that died, a lost node) and lists, per node, its incidents within O(window_days) since it was
+    last cleared, and whether the next train.yml leaves it out (O(limit) of them that count).
+  - With O(clear), appends a C(cleared) line for that node first: its incidents so far no longer count, and stay
+    in the record.
+version_added: "0.1.0"
+author: mtt-train-ops
+options:
+  path:
+    description: The incident record.
+    type: path
+    required: true
+  clear:
+    description: A node whose incidents so far are cleared; refused, changing nothing, when it is neither in
+      O(nodes) nor in the record.
+    type: str
+  nodes:
+    description: The inventory's nodes.
+    type: list
+    elements: str
+    default: []
+  window_days:
+    description: The days over which incidents count.
+    type: float
+    default: 14
+  limit:
+    description: Incidents that leave a node out of the next run; 0, never.
+    type: int
+    default: 2
+notes:
+  - Run it on the controller.
+"""
+
+EXAMPLES = r"""
+- name: Clear node2 after its card was replaced
+  trainops_incidents:
+    path: runs/incidents.jsonl
+    clear: node2
+"""
+
+RETURN = r"""
+lines:
+  description: The listing, one line per node and one per incident.
+  returned: success
+  type: list
+  elements: str
+cleared:
+  description: The line appended for O(clear), when given.
+  returned: when clear is given
+  type: dict
+"""
+
+import time  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.trainops import incidents  # noqa: E402
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "clear": {"type": "str"},
+            "window_days": {"type": "float", "default": 14.0},
+            "limit": {"type": "int", "default": 2},
+            "nodes": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    now = time.time()
+    result = {"changed": False}
+    try:
+        known = set(p["nodes"]) | {r["node"] for r in incidents.read(p["path"])}
+        if p["clear"] and p["clear"] not in known:
+            module.fail_json(
+                msg=f"-e clear={p['clear']}: no such node in the inventory ({', '.join(p['nodes']) or 'none'}) and no "
+                f"incident of it in {p['path']}. Nothing was changed."
+            )
+        if p["clear"]:
+            result.update(changed=True, cleared=incidents.clear(p["path"], p["clear"], now))
+        result["lines"] = incidents.table(incidents.read(p["path"]), now, p["window_days"], p["limit"])
+    except OSError as exc:
+        module.fail_json(msg=f"{p['path']}: {exc}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
