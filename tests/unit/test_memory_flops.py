@@ -139,3 +139,13 @@ def test_fp32_keeps_no_main_params_and_doubles_the_activations(llama8b):
     unsharded = _stage0(llama8b, precision="fp32", distributed_optimizer=False).weights_and_optimizer
     assert unsharded / _stage0(llama8b, distributed_optimizer=False).weights_and_optimizer == pytest.approx(16 / 18)
     assert _stage0(llama8b, precision="fp8") == bf16  # FP8 runs keep BF16 weights in Megatron's accounting
+
+
+def test_a_checkpoint_holds_the_weights_and_adams_fp32_state(llama8b):
+    from trainops.memory import checkpoint_bytes, parameter_counts
+
+    vocab = padded_vocab_size(128256, 1)
+    parameters = parameter_counts(llama8b, vocab)["total"]
+    assert 8.0e9 < parameters < 8.1e9
+    assert checkpoint_bytes(llama8b, vocab, "bf16") == parameters * 14  # about 105 GiB for Llama3-8B
+    assert checkpoint_bytes(llama8b, vocab, "fp32") == parameters * 12

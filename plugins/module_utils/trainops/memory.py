@@ -58,6 +58,13 @@ def bytes_per_parameter(distributed_optimizer: bool, shards: int, precision: str
     return 6 + 12 / shards if distributed_optimizer else 18
 
 
+def checkpoint_bytes(model: ModelSpec, padded_vocab: int, precision: str = "bf16") -> float:
+    """One checkpoint of the whole model as Megatron saves it (its weights, and Adam's FP32 main params and two
+    moments, however many ranks write them): 2 + 12 B per parameter, or 4 + 8 B in FP32 training."""
+    per_parameter = 12 if precision == "fp32" else 14
+    return parameter_counts(model, padded_vocab)["total"] * per_parameter
+
+
 def activation_scale(precision: str) -> float:
     """The activation terms count 16-bit elements; FP32 training keeps 4-byte ones."""
     return 2.0 if precision == "fp32" else 1.0

@@ -19,7 +19,7 @@ from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
 from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_scores, plan_layout
 from .megatron_args import MOCK_DATA, RunPaths, TrainingConfig, build_megatron_args, check_training
-from .memory import GIB, megatron_theoretical
+from .memory import GIB, checkpoint_bytes, megatron_theoretical
 from .model import ModelSpec, model_from_dict
 from .options import OptionError, convert
 from .plan_request import FLOPS_CONVENTIONS, PlanRequest, coerce
@@ -327,6 +327,8 @@ def _plan_mapping(
         "decoder_first_pipeline_num_layers": lay.decoder_first_pipeline_num_layers,
         "decoder_last_pipeline_num_layers": lay.decoder_last_pipeline_num_layers,
         "memory_gib": memory,
+        # what one save needs where checkpoints go (the health check's disk test)
+        "checkpoint_bytes": int(checkpoint_bytes(spec, lay.padded_vocab, request.precision)),
         "flops_per_iteration": flops["causal"],
         "flops_per_iteration_full_attention": flops["full"],
         "flops_convention": "causal (Megatron core >= 0.12); the full-attention count is given beside it",

@@ -1,0 +1,546 @@
+"""One verdict per node from the facts a health check gathered there: healthy, degraded, sick or unknown, with the
+evidence of every check and the action it suggests.
+
+The quick level's checks (:data:`QUICK_CHECKS`), each from facts that ``roles/health_check`` gathers in one pass per
+node (the device tool's full query, the software stack, the free space where checkpoints go, the kernel log):
+
+- ``cards``: the cards the device tool lists against the node's ``slots``, and each card's memory against the
+  card's nominal memory (an IOMMU that hides part of it: an S4000 showing 32,768 of 49,152 MiB) and the fleet's;
+- ``ecc``: uncorrected ECC errors since the driver loaded (sick), in the card's past (degraded), pages or rows
+  waiting for a reset to be retired or remapped (sick), a failed remap (sick), retired pages (degraded);
+- ``thermal``: a card at its slowdown temperature, or held back by a hardware or thermal slowdown (degraded);
+- ``stack``: driver, CUDA/MUSA, torch, torch_musa, NCCL, the Megatron-LM tree and the container's image, the same
+  on every node: a node that differs from the others' common value is named with both values (sick);
+- ``disk``: the free space where checkpoints go against the plan's checkpoint size: under one checkpoint (sick),
+  under two (degraded);
+- ``kernel``: the kernel log's device errors since the node's last check (NVIDIA's Xid messages, the ones its Xid
+  catalogue documents); the testbed's nodes may not read it, and the check then says so (skipped).
+
+A value the tool does not report is ``None`` and is never taken for a pass: its check says what it could not see.
+Nothing here knows Ansible.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from . import device_query
+from .gmi import GmiParseError, parse_cards
+
+VERDICTS = ("healthy", "unknown", "degraded", "sick")  # in rising order of concern
+POLICIES = ("off", "warn", "exclude")
+LEVELS = ("quick",)
+QUICK_CHECKS = ("cards", "ecc", "thermal", "stack", "disk", "kernel")
+#: A card's memory under this share of its nominal memory (or of the fleet's median) is a card that cannot hold
+#: what the plan puts on it.
+MEMORY_RATIO = 0.9
+#: Degrees (or degrees of T.Limit margin) before the slowdown point at which a card counts as hot.
+TEMPERATURE_MARGIN_C = 5.0
+#: NVIDIA Xid codes whose catalogue entry means a hardware fault of the card or its links (the node is sick); any
+#: other Xid degrades it. 48 double-bit ECC, 63/64 row remapping (pending, failed), 74 NVLink, 79 fallen off the bus,
+#: 92 high single-bit ECC rate, 94/95 contained/uncontained ECC, 119/120 GSP timeout/error.
+SICK_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<code>\d+)\b(?P<rest>.*)")
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)[,.](\d+)([+-]\d\d:?\d\d)?\s+(.*)$")
+STACK_NAMES = {
+    "driver": "driver",
+    "cuda": "CUDA/MUSA runtime",
+    "torch": "torch",
+    "torch_musa": "torch_musa",
+    "nccl": "NCCL/MCCL",
+    "megatron": "Megatron-LM tree",
+    "image": "container image",
+}
+RECORD_NAME = "health.json"
+
+
+def _result(check: str, status: str, detail: str, action: str = "", field: str = "") -> dict[str, str]:
+    out = {"check": check, "status": status, "detail": detail}
+    if action:
+        out["action"] = action
+    if field:
+        out["field"] = field
+    return out
+
+
+def device_facts(tool: str, output: str, rc: int) -> dict[str, Any]:
+    """The cards from the device tool's output (its full query, else its table), or why there are none."""
+    if not tool:
+        return {"cards": None, "why": "no device tool (the cpu backend)"}
+    if rc != 0 or not (output or "").strip():
+        return {
+            "cards": [],
+            "error": f"{tool} failed (exit status {rc}): {(output or '').strip()[:300] or 'no output'}",
+        }
+    try:
+        parsed = device_query.parse(output)
+        form = "query"
+    except GmiParseError:
+        try:
+            parsed = parse_cards(tool, output)  # the table of an mthreads-gmi without a query form
+            form = "table"
+        except GmiParseError as exc:
+            return {"cards": [], "error": f"{tool}'s output does not parse: {exc}"}
+    return {
+        "cards": parsed["cards"],
+        "driver": parsed.get("driver_version"),
+        "cuda": parsed.get("cuda_version"),
+        "form": form,
+    }
+
+
+def _cards_check(
+    node: str, facts: Mapping[str, Any], device: Mapping[str, Any], nominal_mib: int | None, fleet_mib: float | None
+) -> dict[str, str]:
+    slots = int(facts.get("slots") or 0)
+    tool = facts.get("device_tool") or ""
+    if device.get("cards") is None:
+        return _result("cards", "skipped", device.get("why", "no device tool"))
+    if device.get("error"):
+        return _result(
+            "cards",
+            "unknown",
+            device["error"],
+            f"run {tool} on {node} by hand; check the driver and the container's devices",
+        )
+    cards = device["cards"]
+    if len(cards) < slots:
+        seen = ", ".join(f"{c['index']} ({c['bus_id'] or 'no bus id'})" for c in cards) or "none"
+        return _result(
+            "cards",
+            "sick",
+            f"{tool} lists {len(cards)} card(s) ({seen}), slots={slots} asks for {slots}",
+            f"check {node}'s cards and driver (a card lost from the bus needs a reset or a repair), or "
+            f"lower slots for {node}",
+            "card count",
+        )
+    small = []
+    for card in cards[:slots] if slots else cards:
+        total = card.get("memory_total_mib")
+        if total is None:
+            continue
+        for reference, what in ((nominal_mib, "nominal"), (fleet_mib, "the fleet's median")):
+            if reference and total < MEMORY_RATIO * reference:
+                small.append(f"card {card['index']} shows {total} MiB of {int(reference)} MiB ({what})")
+                break
+    if small:
+        return _result(
+            "cards",
+            "sick",
+            "; ".join(small),
+            f"a card showing part of its memory: check the IOMMU setting (iommu=pt) and the driver on {node}",
+            "FB Memory Usage/Total",
+        )
+    memory = sorted({c.get("memory_total_mib") for c in cards if c.get("memory_total_mib")})
+    return _result(
+        "cards",
+        "ok",
+        f"{len(cards)} card(s) for {slots} slot(s)"
+        + (f", {'/'.join(str(m) for m in memory)} MiB each" if memory else ""),
+    )
+
+
+def _ecc_check(node: str, device: Mapping[str, Any], slots: int) -> dict[str, str]:
+    cards = device.get("cards")
+    if cards is None:
+        return _result("ecc", "skipped", device.get("why", "no device tool"))
+    if device.get("error"):
+        return _result("ecc", "unknown", "no card facts (see cards)")
+    if device.get("form") == "table":
+        return _result(
+            "ecc",
+            "unknown",
+            "the tool printed only its table (no ECC counters): a driver without -q",
+            "update the driver, or check the cards' ECC counters by hand",
+        )
+    sick, degraded, seen = [], [], False
+    for card in cards:
+        where = card.get("fields", {})
+        label = f"card {card['index']} ({card['bus_id']})"
+        if card.get("ecc_uncorrected_volatile") is not None or card.get("remap_pending") is not None:
+            seen = True
+        if card.get("ecc_uncorrected_volatile"):
+            sick.append(
+                (
+                    f"{label}: {card['ecc_uncorrected_volatile']} uncorrected ECC error(s) since the driver loaded",
+                    where.get("ecc_uncorrected_volatile", "ECC Errors/Volatile"),
+                )
+            )
+        if card.get("retired_pending"):
+            sick.append((f"{label}: a page waits to be retired", where.get("retired_pending", "Retired Pages")))
+        if card.get("remap_pending"):
+            sick.append(
+                (f"{label}: a row remap waits for a reset", where.get("remap_pending", "Remapped Rows/Pending"))
+            )
+        if card.get("remap_failed"):
+            sick.append((f"{label}: a row remap failed", where.get("remap_failed", "Remapped Rows")))
+        if card.get("ecc_uncorrected_aggregate") and not card.get("ecc_uncorrected_volatile"):
+            degraded.append(
+                (
+                    f"{label}: {card['ecc_uncorrected_aggregate']} uncorrected ECC error(s) in its past",
+                    where.get("ecc_uncorrected_aggregate", "ECC Errors/Aggregate"),
+                )
+            )
+        if card.get("retired_pages"):
+            degraded.append((f"{label}: {card['retired_pages']} retired page(s)", where.get("retired_pages", "")))
+    if sick:
+        return _result(
+            "ecc",
+            "sick",
+            "; ".join(d for d, _ in sick),
+            f"drain {node} and reset the card (nvidia-smi -r / a reboot); replace it if it comes back",
+            sick[0][1],
+        )
+    if degraded:
+        return _result(
+            "ecc",
+            "degraded",
+            "; ".join(d for d, _ in degraded),
+            f"watch {node}'s counters; plan a repair if they grow",
+            degraded[0][1],
+        )
+    if not seen:
+        return _result(
+            "ecc",
+            "unknown",
+            "the tool's query has no ECC counters for these cards",
+            "check the cards' ECC counters by hand",
+        )
+    return _result("ecc", "ok", "no uncorrected error, nothing pending")
+
+
+def _thermal_check(node: str, device: Mapping[str, Any]) -> dict[str, str]:
+    cards = device.get("cards")
+    if cards is None:
+        return _result("thermal", "skipped", device.get("why", "no device tool"))
+    if device.get("error") or device.get("form") == "table":
+        return _result("thermal", "unknown", "no temperatures or slowdown reasons in the tool's output")
+    hot, temps = [], []
+    for card in cards:
+        label = f"card {card['index']} ({card['bus_id']})"
+        where = card.get("fields", {})
+        current, slowdown = card.get("temperature_c"), card.get("slowdown_temp_c")
+        margin, slowdown_margin = card.get("tlimit_margin_c"), card.get("slowdown_tlimit_margin_c")
+        if current is not None:
+            temps.append(current)
+        if card.get("throttle_active"):
+            hot.append((f"{label}: {', '.join(card['throttle_active'])} active", where.get("throttle_active", "")))
+        elif current is not None and slowdown is not None and current >= slowdown - TEMPERATURE_MARGIN_C:
+            hot.append((f"{label}: {current:g} C, slowdown at {slowdown:g} C", where.get("temperature_c", "")))
+        elif margin is not None and slowdown_margin is not None and margin <= slowdown_margin + TEMPERATURE_MARGIN_C:
+            hot.append(
+                (
+                    f"{label}: {margin:g} C from its limit, slowdown at {slowdown_margin:g} C",
+                    where.get("tlimit_margin_c", ""),
+                )
+            )
+    if hot:
+        return _result(
+            "thermal",
+            "degraded",
+            "; ".join(d for d, _ in hot),
+            f"check {node}'s cooling and power (a slowed card makes every rank wait)",
+            hot[0][1],
+        )
+    if not temps:
+        return _result("thermal", "unknown", "the tool's query has no temperatures")
+    return _result("thermal", "ok", f"{min(temps):g}-{max(temps):g} C, no slowdown")
+
+
+def _disk_check(node: str, disk: Mapping[str, Any], checkpoint_bytes: float | None, min_free_gib: float) -> dict:
+    if not disk or disk.get("error"):
+        return _result(
+            "disk",
+            "unknown",
+            (disk or {}).get("error", "no free-space figure"),
+            f"check the checkpoint directory on {node}",
+        )
+    free, path = int(disk["free_bytes"]), disk.get("path", "")
+    gib = 1024**3
+    text = f"{free / gib:.2f} GiB free at {path}"
+    if checkpoint_bytes:
+        need = float(checkpoint_bytes)
+        where = f"{text}, a checkpoint of this plan takes {need / gib:.2f} GiB"
+        if free < need:
+            return _result(
+                "disk",
+                "sick",
+                f"{where}: not one checkpoint fits",
+                f"free space at {path} on {node} (or point work_home elsewhere)",
+                "free space",
+            )
+        if free < 2 * need:
+            return _result(
+                "disk",
+                "degraded",
+                f"{where}: fewer than two fit",
+                f"free space at {path} on {node} before the second save",
+                "free space",
+            )
+        return _result("disk", "ok", f"{where}")
+    if min_free_gib and free < min_free_gib * gib:
+        return _result(
+            "disk",
+            "sick",
+            f"{text}, under health_min_free_gib={min_free_gib:g}",
+            f"free space at {path} on {node}",
+            "free space",
+        )
+    return _result("disk", "ok", text)
+
+
+def _stamp(line: str) -> tuple[float | None, str]:
+    match = _STAMP.match(line.strip())
+    if not match:
+        return None, line.strip()
+    zone = match.group(3) or "+00:00"
+    if len(zone) == 5:  # +0000
+        zone = zone[:3] + ":" + zone[3:]
+    when = dt.datetime.fromisoformat(f"{match.group(1)}.{match.group(2)[:6]}{zone}")
+    return when.timestamp(), match.group(4)
+
+
+def kernel_errors(lines: Iterable[str], since: float | None = None) -> list[dict[str, Any]]:
+    """NVIDIA Xid messages in ``dmesg --time-format iso`` lines, after ``since`` (epoch seconds) when given."""
+    found = []
+    for line in lines:
+        when, text = _stamp(line)
+        if since is not None and when is not None and when <= since:
+            continue
+        match = _XID.search(text)
+        if match:
+            found.append(
+                {"time": when, "pci": match.group("pci"), "xid": int(match.group("code")), "text": text.strip()[:300]}
+            )
+    return found
+
+
+def _kernel_check(node: str, log: Mapping[str, Any], since: float | None) -> dict[str, str]:
+    if not log or not log.get("readable"):
+        return _result(
+            "kernel", "skipped", f"the kernel log is not readable here ({(log or {}).get('error', 'no log')})"
+        )
+    errors = kernel_errors(log.get("lines") or [], since)
+    if not errors:
+        return _result("kernel", "ok", "no device error" + (" since the last check" if since else ""))
+    sick = [e for e in errors if e["xid"] in SICK_XIDS]
+    worst = (sick or errors)[0]
+    codes = ", ".join(sorted({f"Xid {e['xid']} ({e['pci']})" for e in errors}))
+    return _result(
+        "kernel",
+        "sick" if sick else "degraded",
+        f"{len(errors)} device error(s): {codes}; first: {worst['text']}",
+        f"look up the Xid in NVIDIA's catalogue; drain {node} and reset the card",
+        "kernel log",
+    )
+
+
+def _stack_checks(
+    facts_by_node: Mapping[str, Mapping[str, Any]], devices: Mapping[str, Mapping[str, Any]], order: Sequence[str]
+) -> dict[str, dict[str, str]]:
+    """Each node's software against the others': per item, the value most nodes have (the first node's on a tie) is
+    the reference, and a node with another value is named with both."""
+    stacks: dict[str, dict[str, str]] = {}
+    for node in order:
+        stack = dict(facts_by_node[node].get("stack") or {})
+        device = devices[node]
+        for key in ("driver", "cuda"):
+            if device.get(key):
+                stack[key] = str(device[key])
+        stacks[node] = {k: str(v) for k, v in stack.items() if v not in (None, "")}
+    out = {}
+    for node in order:
+        if facts_by_node[node].get("error"):
+            continue
+        differs = []
+        for key, label in STACK_NAMES.items():
+            values = {n: stacks[n].get(key) for n in order if not facts_by_node[n].get("error")}
+            present = [v for v in values.values() if v is not None]
+            if len(set(present)) <= 1 and (values[node] is not None or not present):
+                continue
+            counts = Counter(present)
+            top = max(counts.values())
+            reference = next(values[n] for n in order if values.get(n) is not None and counts[values[n]] == top)
+            if values[node] != reference:
+                others = sorted(n for n, v in values.items() if v == reference)
+                differs.append(f"{label} {values[node] or 'missing'} here, {reference} on {', '.join(others)}")
+        if differs:
+            out[node] = _result(
+                "stack",
+                "sick",
+                "; ".join(differs),
+                f"make {node}'s software match the others (the same image, driver and tree), or re-provision it",
+                "software stack",
+            )
+        else:
+            shown = ", ".join(f"{k} {stacks[node][k]}" for k in ("torch", "driver") if k in stacks[node])
+            out[node] = _result("stack", "ok", f"the same as every node ({shown or 'nothing to compare'})")
+    return out
+
+
+def judge(
+    facts_by_node: Mapping[str, Mapping[str, Any]],
+    expected: Mapping[str, Any] | None = None,
+    last_checked: Mapping[str, float] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Every node's verdict from the facts gathered on it (``{node: facts}``, in the inventory's order).
+
+    ``expected``: ``card_memory_mib`` (the card's nominal memory), ``checkpoint_bytes`` (the plan's checkpoint),
+    ``min_free_gib`` (without a plan). ``last_checked``: each node's previous check (epoch seconds), from which
+    the kernel log is read."""
+    expected = expected or {}
+    last_checked = last_checked or {}
+    order = list(facts_by_node)
+    devices = {
+        node: device_facts(
+            f.get("device_tool") or "",
+            (f.get("device_query") or {}).get("output", ""),
+            int((f.get("device_query") or {}).get("rc", 0)),
+        )
+        if not f.get("error")
+        else {"cards": [], "error": f["error"]}
+        for node, f in facts_by_node.items()
+    }
+    memories = [
+        c["memory_total_mib"] for d in devices.values() for c in d.get("cards") or [] if c.get("memory_total_mib")
+    ]
+    fleet_mib = statistics.median(memories) if memories else None
+    stacks = _stack_checks(facts_by_node, devices, order)
+    verdicts = {}
+    for node in order:
+        facts = facts_by_node[node]
+        if facts.get("error"):
+            checks = [_result("facts", "unknown", facts["error"], facts.get("action", f"run provision.yml on {node}"))]
+        else:
+            device = devices[node]
+            checks = [
+                _cards_check(node, facts, device, expected.get("card_memory_mib"), fleet_mib),
+                _ecc_check(node, device, int(facts.get("slots") or 0)),
+                _thermal_check(node, device),
+                stacks[node],
+                _disk_check(
+                    node,
+                    facts.get("disk") or {},
+                    expected.get("checkpoint_bytes"),
+                    float(expected.get("min_free_gib") or 0),
+                ),
+                _kernel_check(node, facts.get("kernel_log") or {}, last_checked.get(node)),
+            ]
+        verdicts[node] = verdict_of(node, checks)
+    return verdicts
+
+
+def verdict_of(node: str, checks: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    status_rank = {"ok": 0, "skipped": 0, "unknown": 1, "degraded": 2, "sick": 3}
+    worst = max((status_rank[c["status"]] for c in checks), default=0)
+    verdict = VERDICTS[worst]
+    first = next((c for c in checks if status_rank[c["status"]] == worst and worst), None)
+    return {
+        "node": node,
+        "verdict": verdict,
+        "checks": list(checks),
+        "reason": "" if first is None else f"{first['check']}: {first['detail']}",
+        "action": "" if first is None else first.get("action", ""),
+    }
+
+
+def lines(verdicts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per node: its verdict, what is wrong (or how many checks passed), and the suggested action."""
+    width = max((len(n) for n in verdicts), default=4)
+    out = []
+    for node, v in verdicts.items():
+        bad = [c for c in v["checks"] if c["status"] in ("sick", "degraded", "unknown")]
+        if bad:
+            text = "; ".join(
+                f"{c['check']} {c['status']}: {c['detail']}" + (f" [{c['field']}]" if c.get("field") else "")
+                for c in bad
+            )
+            text += f" -> {v['action']}" if v.get("action") else ""
+        else:
+            passed = sum(c["status"] == "ok" for c in v["checks"])
+            skipped = [c["check"] for c in v["checks"] if c["status"] == "skipped"]
+            text = f"{passed} checks pass" + (f" ({', '.join(skipped)} skipped: not on this node)" if skipped else "")
+        out.append(f"{node:<{width}}  {v['verdict']:<8}  {text}")
+    return out
+
+
+def left_out(verdicts: Mapping[str, Mapping[str, Any]], policy: str) -> dict[str, str]:
+    """The nodes a new attempt or run leaves out under ``policy``: with ``exclude`` (the default) every sick node;
+    ``warn`` and ``off`` leave none out. Degraded and unknown nodes are only named."""
+    if policy not in POLICIES:
+        raise ValueError(f"health={policy!r} must be one of {', '.join(POLICIES)}")
+    if policy != "exclude":
+        return {}
+    return {
+        node: f"{node}: left out, its health check says sick ({v['reason']}); {v['action']}. "
+        f"-e health=warn keeps it; after a repair the next check brings it back"
+        for node, v in verdicts.items()
+        if v["verdict"] == "sick"
+    }
+
+
+def chosen_nodes(nodes: Sequence[str], exclude: Sequence[str], use: Sequence[str]) -> dict[str, str]:
+    """The nodes ``-e use_nodes`` and ``-e exclude_nodes`` leave out (names not in the inventory are refused)."""
+    unknown = sorted(n for n in set(exclude) | set(use) if n not in nodes)
+    if unknown:
+        raise ValueError(f"no such node in the inventory: {', '.join(unknown)} (the nodes: {', '.join(nodes)})")
+    out = {n: f"{n}: left out by -e exclude_nodes" for n in nodes if n in exclude}
+    if use:
+        out.update({n: f"{n}: left out, not in -e use_nodes" for n in nodes if n not in use and n not in out})
+    return out
+
+
+def record(
+    health_dir: str, level: str, verdicts: Mapping[str, Any], facts_by_node: Mapping[str, Any], now: float, context: str
+) -> str:
+    """Write ``<health_dir>/<UTC timestamp>/health.json``; returns its path."""
+    stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    directory = os.path.join(health_dir, stamp)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, RECORD_NAME)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(
+            {"time": now, "level": level, "context": context, "verdicts": verdicts, "facts": facts_by_node},
+            f,
+            indent=1,
+            sort_keys=True,
+            default=str,
+        )
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def records(health_dir: str) -> list[dict[str, Any]]:
+    """Every health record under ``health_dir``, oldest first (an unreadable one is skipped)."""
+    found = []
+    try:
+        names = sorted(os.listdir(health_dir))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(health_dir, name, RECORD_NAME), encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("verdicts"), dict):
+            data["path"] = os.path.join(health_dir, name, RECORD_NAME)
+            found.append(data)
+    return found
+
+
+def last_checked(health_dir: str) -> dict[str, float]:
+    """When each node was last checked (the kernel log is read from then on)."""
+    out: dict[str, float] = {}
+    for data in records(health_dir):
+        for node in data["verdicts"]:
+            out[node] = max(out.get(node, 0.0), float(data.get("time") or 0))
+    return out

@@ -1,0 +1,137 @@
+"""The health verdicts (trainops.health) from facts as roles/health_check gathers them, with the device tool's
+outputs recorded on real machines (tests/fixtures/nvidia-smi, tests/fixtures/mthreads-gmi)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from trainops import health
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+GIB = 1024**3
+HEALTHY = (FIXTURES / "nvidia-smi" / "h100x8-healthy-565.57.01.txt").read_text()
+
+
+def node(output: str = HEALTHY, tool: str = "nvidia-smi", slots: int = 8, free_gib: float = 500, **stack) -> dict:
+    return {
+        "slots": slots,
+        "device_tool": tool,
+        "device_query": {"rc": 0, "output": output},
+        "stack": {"torch": "2.5.1", "megatron": "4f1c9a0e2b7d (1210 files)", "image": "sha256:aa", **stack},
+        "disk": {"path": "/data/mtt-train-ops/checkpoints/x", "free_bytes": int(free_gib * GIB)},
+        "kernel_log": {"readable": False, "error": "dmesg: read kernel buffer failed: Operation not permitted"},
+    }
+
+
+def check(verdict: dict, name: str) -> dict:
+    return next(c for c in verdict["checks"] if c["check"] == name)
+
+
+def test_healthy_nodes_pass_every_check_they_can_see():
+    verdicts = health.judge({"n1": node(), "n2": node()}, {"card_memory_mib": 81920, "checkpoint_bytes": 105 * GIB})
+    for v in verdicts.values():
+        assert v["verdict"] == "healthy", v
+        assert check(v, "kernel")["status"] == "skipped"
+    assert health.lines(verdicts)[0].startswith("n1  healthy   5 checks pass (kernel skipped")
+
+
+def test_a_row_remap_waiting_for_a_reset_makes_the_node_sick_and_names_the_field():
+    bad = (FIXTURES / "nvidia-smi" / "a100x4-remap-pending-555.42.02.txt").read_text()
+    verdicts = health.judge({"n1": node(), "n2": node(bad, slots=4, driver="565.57.01")})
+    v = verdicts["n2"]
+    assert v["verdict"] == "sick"
+    ecc = check(v, "ecc")
+    assert ecc["status"] == "sick" and ecc["field"] == "GPU 00000000:9E:00.0/Remapped Rows/Pending"
+    assert "card 1 (00000000:9e:00.0): a row remap waits for a reset" in ecc["detail"]
+    # its driver differs too: the two-node tie goes to the first node's value
+    assert "driver 555.42.02 here, 565.57.01 on n1" in check(v, "stack")["detail"]
+    assert verdicts["n1"]["verdict"] == "healthy"
+
+
+def test_a_missing_card_and_a_hidden_part_of_memory_are_sick():
+    table = (FIXTURES / "mthreads-gmi" / "s5000-x8-gmi2.4.1.txt").read_text()
+    blocks = table.split("+-------------------------------------------------------------------+\n")
+    one_less = "+-------------------------------------------------------------------+\n".join(blocks[:-2] + blocks[-1:])
+    iommu = table.replace("0MiB(81920MiB)", "0MiB(32768MiB)", 1)
+    verdicts = health.judge(
+        {"n1": node(table, "mthreads-gmi"), "n2": node(one_less, "mthreads-gmi"), "n3": node(iommu, "mthreads-gmi")},
+        {"card_memory_mib": 81920},
+    )
+    assert check(verdicts["n2"], "cards")["status"] == "sick"
+    assert "mthreads-gmi lists 7 card(s)" in check(verdicts["n2"], "cards")["detail"]
+    assert "slots=8 asks for 8" in check(verdicts["n2"], "cards")["detail"]
+    assert "card 0 shows 32768 MiB of 81920 MiB (nominal)" in check(verdicts["n3"], "cards")["detail"]
+    # the table has no ECC counters: unknown, not a pass
+    assert check(verdicts["n1"], "ecc")["status"] == "unknown"
+    assert verdicts["n1"]["verdict"] == "unknown"
+
+
+def test_past_errors_and_slowdowns_degrade():
+    gh200 = (FIXTURES / "nvidia-smi" / "gh200-aggregate-dbe-550.127.05.txt").read_text()
+    slow = (FIXTURES / "nvidia-smi" / "h100x8-hwslowdown-535.161.08.txt").read_text()
+    verdicts = health.judge({"a": node(gh200, slots=1), "b": node(slow)})
+    assert check(verdicts["a"], "ecc")["status"] == "degraded"
+    assert "1 uncorrected ECC error(s) in its past" in check(verdicts["a"], "ecc")["detail"]
+    assert check(verdicts["b"], "thermal")["status"] == "degraded"
+    assert "HW Slowdown, HW Power Brake Slowdown active" in check(verdicts["b"], "thermal")["detail"]
+    alone = health.judge({"b": node(slow)})
+    assert alone["b"]["verdict"] == "degraded" and health.left_out(alone, "exclude") == {}  # named, not left out
+
+
+def test_the_odd_software_out_is_named_with_both_versions():
+    verdicts = health.judge({"a": node(), "b": node(), "c": node(torch="2.4.0")})
+    assert check(verdicts["c"], "stack")["detail"] == "torch 2.4.0 here, 2.5.1 on a, b"
+    assert verdicts["a"]["verdict"] == verdicts["b"]["verdict"] == "healthy"
+
+
+def test_free_space_against_the_plans_checkpoint():
+    expected = {"checkpoint_bytes": 105 * GIB}
+    verdicts = health.judge({"a": node(free_gib=50), "b": node(free_gib=150), "c": node(free_gib=300)}, expected)
+    assert [check(verdicts[n], "disk")["status"] for n in "abc"] == ["sick", "degraded", "ok"]
+    assert (
+        "50.00 GiB free at /data/mtt-train-ops/checkpoints/x, a checkpoint of this plan takes 105.00 GiB"
+        in (check(verdicts["a"], "disk")["detail"])
+    )
+
+
+def test_the_kernel_logs_xid_messages_since_the_last_check():
+    lines = [
+        "2026-12-01T10:00:00,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+        "2026-12-02T10:00:00,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 13, pid=99, Graphics Exception",
+    ]
+    facts = node()
+    facts["kernel_log"] = {"readable": True, "lines": lines}
+    since = health._stamp(lines[0])[0] + 1
+    degraded = health.judge({"a": facts}, last_checked={"a": since})["a"]
+    assert check(degraded, "kernel")["status"] == "degraded" and "Xid 13" in check(degraded, "kernel")["detail"]
+    sick = health.judge({"a": facts})["a"]
+    assert check(sick, "kernel")["status"] == "sick" and "fallen off the bus" in check(sick, "kernel")["detail"]
+
+
+def test_a_node_without_facts_is_unknown_with_the_reason():
+    verdicts = health.judge({"a": node(), "b": {"error": "the training container 'train' does not exist"}})
+    assert verdicts["b"]["verdict"] == "unknown"
+    assert verdicts["b"]["reason"] == "facts: the training container 'train' does not exist"
+
+
+def test_policy_and_the_users_choice_of_nodes():
+    bad = (FIXTURES / "nvidia-smi" / "a100x4-remap-pending-555.42.02.txt").read_text()
+    verdicts = health.judge({"a": node(), "b": node(bad, slots=4)})
+    assert list(health.left_out(verdicts, "exclude")) == ["b"]
+    assert "its health check says sick" in health.left_out(verdicts, "exclude")["b"]
+    assert health.left_out(verdicts, "warn") == health.left_out(verdicts, "off") == {}
+    assert health.chosen_nodes(["a", "b", "c"], ["b"], []) == {"b": "b: left out by -e exclude_nodes"}
+    assert list(health.chosen_nodes(["a", "b", "c"], [], ["a"])) == ["b", "c"]
+    with pytest.raises(ValueError, match="no such node in the inventory: z"):
+        health.chosen_nodes(["a", "b"], ["z"], [])
+
+
+def test_records_keep_every_check_and_when_each_node_was_checked(tmp_path):
+    verdicts = health.judge({"a": node(), "b": node()})
+    path = health.record(str(tmp_path), "quick", verdicts, {"a": {}, "b": {}}, 1000.0, "health.yml")
+    assert Path(path).parent.name == "19700101T001640.000000Z"
+    assert json.loads(Path(path).read_text())["verdicts"]["a"]["verdict"] == "healthy"
+    health.record(str(tmp_path), "quick", {"a": verdicts["a"]}, {"a": {}}, 2000.0, "train.yml")
+    assert health.last_checked(str(tmp_path)) == {"a": 2000.0, "b": 1000.0}
