@@ -61,9 +61,51 @@ def test_shell_arg_lines_quote_every_value():
 def test_each_filter_file_keeps_to_one_concern_and_imports_the_core_it_wraps():
     """One file per concern, no name twice (all_filters checks), and each file's core imports visible at its top."""
     files = filter_files()
-    assert set(files) == {"trainops_cluster", "trainops_provision", "trainops_render", "trainops_run", "trainops_slurm"}
+    assert set(files) == {
+        "trainops_cluster",
+        "trainops_health",
+        "trainops_provision",
+        "trainops_render",
+        "trainops_run",
+        "trainops_slurm",
+    }
     assert all(name.startswith(("trainops_", "parse_")) for filters in files.values() for name in filters)
     for path in FILTER_DIR.glob("*.py"):
         text = path.read_text()
         assert "importlib" not in text, f"{path.name} loads the core through importlib: import it at the top"
         assert "from trainops" in text, f"{path.name} imports nothing of the core"
+
+
+def test_the_nodes_a_run_leaves_out_before_any_ssh():
+    chosen = FILTERS["trainops_chosen_left_out"]
+    implicated = {"node2": "node2 left out: implicated 2 times in 14 days (...)"}
+    nodes = ["node1", "node2", "node3"]
+    assert chosen(implicated, nodes, {}) == implicated
+    # -e use_nodes is the user's word: it keeps an implicated node, and leaves out the nodes it does not name
+    assert chosen(implicated, nodes, {"use_nodes": ["node1", "node2"]}) == {
+        "node3": "node3: left out, not in -e use_nodes"
+    }
+    assert chosen({}, nodes, {"exclude_nodes": ["node3"]}) == {"node3": "node3: left out by -e exclude_nodes"}
+    with pytest.raises(AnsibleFilterError, match="no such node in the inventory: node9"):
+        chosen({}, nodes, {"exclude_nodes": ["node9"]})
+    with pytest.raises(AnsibleFilterError, match="every node is left out"):
+        chosen({}, nodes, {"exclude_nodes": nodes})
+
+
+def test_a_nodes_gathered_results_become_its_health_facts():
+    facts = FILTERS["trainops_health_facts"]
+    missing = facts({"exists": False}, {}, {}, "train", 8, "nvidia-smi")
+    assert missing == {"error": "the training container 'train' does not exist", "action": "run provision.yml"}
+    running = {"exists": True, "container": {"State": {"Running": True}, "Image": "sha256:abc"}}
+    out = facts(
+        running,
+        {"stdout": '{"stack": {"torch": "2.5.1"}, "disk": {}}'},
+        {"stdout": "UNREADABLE dmesg: no"},
+        "train",
+        "2",
+        "",
+    )
+    assert out["stack"] == {"torch": "2.5.1", "image": "sha256:abc"} and out["slots"] == 2
+    assert out["kernel_log"] == {"readable": False, "error": "dmesg: no"}
+    broken = facts(running, {"stdout": "", "stderr": "Traceback ... SyntaxError"}, {}, "train", 2, "")
+    assert broken["error"].startswith("the facts could not be read in 'train': Traceback")

@@ -254,6 +254,10 @@ def _thermal_check(node: str, device: Mapping[str, Any]) -> dict[str, str]:
     return _result("thermal", "ok", f"{min(temps):g}-{max(temps):g} C, no slowdown")
 
 
+def _size(n: float) -> str:
+    return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.2f} MiB"
+
+
 def _disk_check(node: str, disk: Mapping[str, Any], checkpoint_bytes: float | None, min_free_gib: float) -> dict:
     if not disk or disk.get("error"):
         return _result(
@@ -264,10 +268,10 @@ def _disk_check(node: str, disk: Mapping[str, Any], checkpoint_bytes: float | No
         )
     free, path = int(disk["free_bytes"]), disk.get("path", "")
     gib = 1024**3
-    text = f"{free / gib:.2f} GiB free at {path}"
+    text = f"{_size(free)} free at {path}"
     if checkpoint_bytes:
         need = float(checkpoint_bytes)
-        where = f"{text}, a checkpoint of this plan takes {need / gib:.2f} GiB"
+        where = f"{text}, a checkpoint of this plan takes {_size(need)}"
         if free < need:
             return _result(
                 "disk",
@@ -464,9 +468,14 @@ def lines(verdicts: Mapping[str, Mapping[str, Any]]) -> list[str]:
             )
             text += f" -> {v['action']}" if v.get("action") else ""
         else:
-            passed = sum(c["status"] == "ok" for c in v["checks"])
-            skipped = [c["check"] for c in v["checks"] if c["status"] == "skipped"]
-            text = f"{passed} checks pass" + (f" ({', '.join(skipped)} skipped: not on this node)" if skipped else "")
+            passed = [c["check"] for c in v["checks"] if c["status"] == "ok"]
+            why: dict[str, list[str]] = {}
+            for c in v["checks"]:
+                if c["status"] == "skipped":
+                    why.setdefault(c["detail"].split(" (")[0], []).append(c["check"])
+            text = f"{len(passed)} checks pass ({', '.join(passed)})"
+            if why:
+                text += "; skipped: " + "; ".join(f"{', '.join(checks)} ({reason})" for reason, checks in why.items())
         out.append(f"{node:<{width}}  {v['verdict']:<8}  {text}")
     return out
 
@@ -544,3 +553,14 @@ def last_checked(health_dir: str) -> dict[str, float]:
         for node in data["verdicts"]:
             out[node] = max(out.get(node, 0.0), float(data.get("time") or 0))
     return out
+
+
+def incidents(verdicts: Mapping[str, Mapping[str, Any]], name: str, path: str, now: float) -> list[dict[str, Any]]:
+    """Each sick node as an incident of the site's record (trainops.incidents): kind ``health``, the record as its
+    evidence. ``name``: the record's name (``health/<time>``), which keys the incident."""
+    return [
+        {"run": name, "attempt": 0, "node": node, "kind": "health", "rank": None, "cause": v["reason"],
+         "time": round(now, 1), "evidence": path, "counts": True}
+        for node, v in verdicts.items()
+        if v["verdict"] == "sick"
+    ]  # fmt: skip

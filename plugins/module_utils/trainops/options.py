@@ -25,7 +25,7 @@ from typing import Any
 
 from .slurm import time_limit
 
-PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data", "incidents")
+PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data", "incidents", "health")
 
 #: Run ids, experiment names, container names: one path component, at most 100 of these characters.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]{0,99}$")
@@ -240,9 +240,23 @@ OPTIONS: dict[str, Option] = {
         _o("remove_container", "bool", "Also remove the training container.", ("stop",), False),
         _o("run", "controller_path", "The run directory to report on (runs/<exp>/<run_id>).", ("report",),
            docs="docs/train.md"),
-        # --- incidents.yml ----------------------------------------------------------------------------------------
-        _o("clear", "name", "A node whose incidents so far are cleared, after a repair.", ("incidents",),
+        # --- incidents.yml, health.yml ----------------------------------------------------------------------------
+        _o("clear", "name", "A node whose incidents so far are cleared, after a repair.", ("incidents", "health"),
            docs="docs/incidents.md"),
+        _o("level", "choice", "How deep health.yml looks: quick (seconds per node, no rendezvous).", ("health",),
+           "quick", choices=("quick",), docs="docs/health.md"),
+        _o("health", "choice", "What train.yml does with a sick node before a launch: leave it out (exclude), only "
+           "name it (warn), or skip the check (off).", ("train",), "exclude", choices=("off", "warn", "exclude"),
+           docs="docs/health.md"),
+        _o("exclude_nodes", "names", "Nodes train.yml leaves out, whatever their health.", ("train",),
+           docs="docs/health.md"),
+        _o("use_nodes", "names", "The only nodes train.yml plans on (over the health check and the incident "
+           "record).", ("train",), docs="docs/health.md"),
+        _o("health_min_free_gib", "float", "Free GiB where checkpoints go below which health.yml and provision.yml "
+           "call a node sick (train.yml compares with its plan's checkpoint size).", ("health", "provision"), 0.0,
+           minimum=0.0, docs="docs/health.md"),
+        _o("health_dir", "controller_path", "Where health checks are recorded (<health_dir>/<time>/health.json); "
+           "unset: <project>/health.", ("health", "provision", "train"), docs="docs/health.md"),
         # --- data.yml ---------------------------------------------------------------------------------------------
         _o("input", "container_path", "Raw JSONL inside the training container.", ("data",), docs="docs/data.md"),
         _o("output_prefix", "container_path", "Output prefix inside the container (.bin/.idx are added).",
@@ -338,6 +352,13 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
         if kind == "env":
             _env_problem(opt, value, bad)
         return dict(value)
+    if kind == "names":
+        items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+        names = [str(item).strip() for item in items if str(item).strip()]
+        wrong = [n for n in names if not NODE_NAME.match(n)]
+        if wrong or not names:
+            raise bad("must be inventory node names separated by commas, as node2,node3")
+        return names
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise bad(f"must be a text value, got a {type(value).__name__}")
     text = str(value)
@@ -399,6 +420,7 @@ def _wanted(opt: Option) -> str:
         "model": "a preset name or an absolute .yml path",
         "slurm_time": "minutes (90) or [D-]HH:MM:SS",
         "address": "an IP address or a host name",
+        "names": "node names separated by commas",
         "map": "a mapping (JSON)",
         "env": "a mapping of variable names to values (JSON)",
     }.get(opt.kind, "a value")

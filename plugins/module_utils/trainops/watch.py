@@ -37,6 +37,7 @@ from .run_report import progress_line
 NAMES = (
     "train_wait", "poll_interval", "progress_interval", "start_timeout", "wait", "fresh", "hang_timeout", "on_hang",
     "straggler_ratio", "max_restarts", "elastic", "min_nodes", "incident_limit", "incident_window_days",
+    "health", "exclude_nodes", "use_nodes",
 )  # fmt: skip
 
 

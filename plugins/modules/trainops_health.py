@@ -1,0 +1,114 @@
+#!/usr/bin/python
+"""Ansible module: judge every node's health from the facts roles/health_check gathered, and record it."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: trainops_health
+short_description: Every node's health verdict (healthy, degraded, sick, unknown), recorded on the controller
+description:
+  - Judges the quick level's checks (C(trainops.health)) over O(facts), the nodes compared with each other, and
+    writes C(<health_dir>/<UTC time>/health.json) with every check's evidence.
+  - Appends each sick node to the site's incident record (O(incidents_file)), with the record as its evidence.
+  - Returns one line per node, and the nodes that O(policy) leaves out (the sick ones with C(exclude), except
+    those the user named in O(use_nodes)).
+version_added: "0.5.0"
+author: mtt-train-ops
+options:
+  facts:
+    description: Each node's facts (roles/health_check's C(health_check_facts)), in the inventory's order.
+    type: dict
+    required: true
+  expected:
+    description: C(card_memory_mib) (the card's nominal memory), C(checkpoint_bytes) (the plan's checkpoint),
+      C(min_free_gib).
+    type: dict
+    default: {}
+  health_dir:
+    description: Where the record is written.
+    type: path
+    required: true
+  incidents_file:
+    description: The site's incident record; empty, none is written.
+    type: str
+    default: ""
+  level:
+    description: The level checked.
+    type: str
+    default: quick
+  context:
+    description: Who asked (health.yml, provision.yml, or train.yml and its run).
+    type: str
+    default: health.yml
+  policy:
+    description: C(exclude) leaves sick nodes out; C(warn) and C(off) only name them.
+    type: str
+    default: exclude
+    choices: [off, warn, exclude]
+  use_nodes:
+    description: Nodes the user chose (C(-e use_nodes)); never left out.
+    type: list
+    elements: str
+    default: []
+notes:
+  - Run it on the controller.
+"""
+
+RETURN = r"""
+verdicts:
+  description: Each node's verdict, its checks, reason and action.
+  returned: success
+  type: dict
+lines:
+  description: One line per node.
+  returned: success
+  type: list
+  elements: str
+left_out:
+  description: The nodes O(policy) leaves out, each with why.
+  returned: success
+  type: dict
+path:
+  description: The record written.
+  returned: success
+  type: str
+"""
+
+import os  # noqa: E402
+import time  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.trainops import health, incidents  # noqa: E402
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "facts": {"type": "dict", "required": True},
+            "expected": {"type": "dict", "default": {}},
+            "health_dir": {"type": "path", "required": True},
+            "incidents_file": {"type": "str", "default": ""},
+            "level": {"type": "str", "default": "quick"},
+            "context": {"type": "str", "default": "health.yml"},
+            "policy": {"type": "str", "default": "exclude", "choices": list(health.POLICIES)},
+            "use_nodes": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    now = time.time()
+    try:
+        verdicts = health.judge(p["facts"], p["expected"], health.last_checked(p["health_dir"]))
+        path = health.record(p["health_dir"], p["level"], verdicts, p["facts"], now, p["context"])
+        if p["incidents_file"]:
+            name = os.path.relpath(os.path.dirname(path), os.path.dirname(os.path.abspath(p["health_dir"])))
+            incidents.record(p["incidents_file"], health.incidents(verdicts, name, path, now), now)
+    except OSError as exc:
+        module.fail_json(msg=f"{p['health_dir']}: {exc}")
+    left_out = {n: why for n, why in health.left_out(verdicts, p["policy"]).items() if n not in p["use_nodes"]}
+    module.exit_json(changed=False, verdicts=verdicts, lines=health.lines(verdicts), left_out=left_out, path=path)
+
+
+if __name__ == "__main__":
+    main()
