@@ -45,6 +45,7 @@ ARGUMENT_SPEC = {
     "outcome": {"type": "dict"},
     "options": {"type": "dict"},
     "reach_result": {"type": "str", "default": "train_reach"},
+    "unhealthy": {"type": "dict", "default": {}},
     "refused": {"type": "str"},
     "restarting": {"type": "bool"},
 }
@@ -80,7 +81,7 @@ class ActionModule(ActionBase):
                 ratio = float(options.get("straggler_ratio") or DEFAULT_RATIO)
                 summary = write_report(args["run_dir"], plan, attempts.current["outcome"], ratio)
                 marks = read_marks(args["run_dir"], plan["master"])
-                view = attempts.judge(options, summary, marks, answering, reach)
+                view = attempts.judge(options, summary, marks, answering, reach, args["unhealthy"])
             elif step == "replanned":
                 view = attempts.replanned(args["plan"], args["refused"])
             elif step == "prepare":

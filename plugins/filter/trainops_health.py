@@ -13,7 +13,7 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from trainops import health as health_core  # noqa: E402
+from trainops import node_choice  # noqa: E402
 
 
 def health_facts(
@@ -56,20 +56,65 @@ def chosen_left_out(incident_left_out: Mapping[str, str], nodes: list[str], opti
     them) and what -e exclude_nodes and -e use_nodes leave out; a name not in the inventory is refused."""
     use, exclude = options.get("use_nodes") or [], options.get("exclude_nodes") or []
     try:
-        chosen = health_core.chosen_nodes(nodes, exclude, use)
+        chosen = node_choice.chosen_out(nodes, exclude, use)
     except ValueError as exc:
         raise AnsibleFilterError(f"-e exclude_nodes / -e use_nodes: {exc}") from None
     out = {node: why for node, why in incident_left_out.items() if node not in use}
     out.update(chosen)
-    if len(out) >= len(nodes):
-        raise AnsibleFilterError(
-            "every node is left out (" + "; ".join(out.values()) + "): nothing to plan on. Nothing was started."
-        )
     return out
+
+
+def _true(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
+def plan_nodes(
+    left_out: Mapping[str, str], nodes: list[str], hostvars: Mapping[str, Any], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The nodes a run plans on, in rank order (``nodes``: the inventory's, ``left_out``: those that get no rank):
+    the regular nodes, with a spare (``spare: true``) in the place of each one left out; ``in_order`` when the
+    order must be kept (a spare stands in), and a line per spare that does. With -e use_nodes, the nodes it names
+    are the regular ones."""
+    use = options.get("use_nodes") or []
+    hosts = [{"name": n, "master": _true(hostvars[n].get("master")), "spare": _true(hostvars[n].get("spare"))}
+             for n in nodes]  # fmt: skip
+    if use:
+        regular, spares = [h for h in hosts if h["name"] in use], []
+    else:
+        regular, spares = [h for h in hosts if not h["spare"]], [h["name"] for h in hosts if h["spare"]]
+    chosen, lines = node_choice.plan_nodes(node_choice.rank_order(regular), spares, left_out)
+    if not chosen:
+        raise AnsibleFilterError(
+            "every node is left out (" + "; ".join(left_out.values()) + "): nothing to plan on. Nothing was started."
+        )
+    return {"nodes": chosen, "in_order": bool(lines), "lines": lines}
+
+
+def replan_nodes(
+    plan_nodes_: list[str],
+    lost: Mapping[str, str],
+    nodes: list[str],
+    hostvars: Mapping[str, Any],
+    left_out: Mapping[str, str],
+) -> list[str]:
+    """An elastic re-plan's nodes, in the last plan's rank order: each lost node's place taken by a spare that is
+    not in the plan, not left out and answered the ping after the failure (its ``train_reach``), else dropped."""
+    spares = [
+        n for n in nodes
+        if _true(hostvars[n].get("spare")) and n not in plan_nodes_ and n not in left_out
+        and not (hostvars[n].get("train_reach") or {}).get("unreachable")
+    ]  # fmt: skip
+    chosen, _ = node_choice.plan_nodes(plan_nodes_, spares, lost)
+    return chosen
 
 
 class FilterModule:
     """mtt-train-ops filters: the health check's facts, the nodes chosen for a run."""
 
     def filters(self) -> dict[str, Any]:
-        return {"trainops_health_facts": health_facts, "trainops_chosen_left_out": chosen_left_out}
+        return {
+            "trainops_health_facts": health_facts,
+            "trainops_chosen_left_out": chosen_left_out,
+            "trainops_plan_nodes": plan_nodes,
+            "trainops_replan_nodes": replan_nodes,
+        }

@@ -65,6 +65,12 @@ options:
     description: C(judge), the name of each node's registered ping after the failure.
     type: str
     default: train_reach
+  unhealthy:
+    description: C(judge), the nodes the quick health check before the next attempt found sick (node -> why): a
+      node of the plan among them cannot take part in another attempt (with C(elastic) the run is re-planned
+      without it, else it ends naming it).
+    type: dict
+    default: {}
   refused:
     description: C(replanned), why the re-plan was refused (the run then ends).
     type: str

@@ -64,6 +64,22 @@ def test_with_elastic_a_hangs_culprit_is_isolated_and_the_run_re_planned_without
     assert again["next"] == "relaunch" and again["lost"] == {}
 
 
+def test_a_node_found_sick_before_the_next_attempt_gets_no_rank_in_it(tmp_path):
+    """The quick health check after a failure finds node3 sick (its disk is full): with elastic the next attempt is
+    re-planned without it; without, the run ends naming it, instead of relaunching on it."""
+    marks = {"checkpoint": "10", "restarting": True}
+    sick = {"node3": "disk: 1.00 MiB free at /data/mtt-train-ops/checkpoints/x: not one checkpoint fits"}
+    for name, elastic, step in (("elastic", True, "replan"), ("fixed", False, "end")):
+        run = Attempts(str(tmp_path / name))
+        run.begin(_plan(), "", now=100.0, run_started=1.0)
+        run.end(FANOUT_OK, _exited(), now=160.0)
+        judged = Attempts(str(tmp_path / name)).judge(dict(OPTIONS, elastic=elastic), _summary(), marks, NAMES, {},
+                                                      sick)  # fmt: skip
+        assert judged["next"] == step
+        assert judged["lost"] == {"node3": f"sick in the health check before the next attempt ({sick['node3']})"}
+    assert "The run cannot go on without node3" in judged["decision"]["reason"]
+
+
 def _reread(tmp_path) -> Attempts:
     """A new instance: every step must work from attempts.json alone."""
     return Attempts(str(tmp_path))

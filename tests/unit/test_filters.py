@@ -88,8 +88,26 @@ def test_the_nodes_a_run_leaves_out_before_any_ssh():
     assert chosen({}, nodes, {"exclude_nodes": ["node3"]}) == {"node3": "node3: left out by -e exclude_nodes"}
     with pytest.raises(AnsibleFilterError, match="no such node in the inventory: node9"):
         chosen({}, nodes, {"exclude_nodes": ["node9"]})
+
+
+def test_a_spare_takes_the_place_of_a_node_left_out_with_its_rank():
+    plan_nodes, replan_nodes = FILTERS["trainops_plan_nodes"], FILTERS["trainops_replan_nodes"]
+    nodes = ["node1", "node2", "node3"]
+    hostvars = {"node1": {}, "node2": {"master": True}, "node3": {"spare": True}}
+    assert plan_nodes({}, nodes, hostvars, {}) == {"nodes": ["node2", "node1"], "in_order": False, "lines": []}
+    out = plan_nodes({"node2": "sick"}, nodes, hostvars, {})
+    assert out["nodes"] == ["node3", "node1"] and out["in_order"]
+    assert out["lines"] == ["spare        node3 takes the place of node2 (node rank 0): the layout stays as planned"]
+    # no spare left: the node is dropped (the planner makes the run on fewer nodes)
+    assert plan_nodes({"node2": "sick", "node3": "sick"}, nodes, hostvars, {})["nodes"] == ["node1"]
+    # -e use_nodes names the nodes to plan on, spares among them
+    assert plan_nodes({}, nodes, hostvars, {"use_nodes": ["node1", "node3"]})["nodes"] == ["node1", "node3"]
     with pytest.raises(AnsibleFilterError, match="every node is left out"):
-        chosen({}, nodes, {"exclude_nodes": nodes})
+        plan_nodes({"node1": "x", "node2": "y", "node3": "z"}, nodes, hostvars, {})
+    # an elastic re-plan: the lost node's place, if a spare answered the ping after the failure
+    assert replan_nodes(["node2", "node1"], {"node1": "hang"}, nodes, hostvars, {}) == ["node2", "node3"]
+    gone = dict(hostvars, node3={"spare": True, "train_reach": {"unreachable": True}})
+    assert replan_nodes(["node2", "node1"], {"node1": "hang"}, nodes, gone, {}) == ["node2"]
 
 
 def test_a_nodes_gathered_results_become_its_health_facts():

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from trainops import health
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -125,10 +124,6 @@ def test_policy_and_the_users_choice_of_nodes():
     assert list(health.left_out(verdicts, "exclude")) == ["b"]
     assert "its health check says sick" in health.left_out(verdicts, "exclude")["b"]
     assert health.left_out(verdicts, "warn") == health.left_out(verdicts, "off") == {}
-    assert health.chosen_nodes(["a", "b", "c"], ["b"], []) == {"b": "b: left out by -e exclude_nodes"}
-    assert list(health.chosen_nodes(["a", "b", "c"], [], ["a"])) == ["b", "c"]
-    with pytest.raises(ValueError, match="no such node in the inventory: z"):
-        health.chosen_nodes(["a", "b"], ["z"], [])
 
 
 def test_records_keep_every_check_and_when_each_node_was_checked(tmp_path):

@@ -138,10 +138,15 @@ def test_a_lost_node_with_elastic_is_replanned_on_the_nodes_that_remain():
 
 
 def test_the_replan_note_says_what_changed_and_why():
-    old = {"nodes": [{}, {}], "dp": 4, "num_microbatches": 2, "global_batch_size": 8}
-    new = {"nodes": [{}], "dp": 2, "num_microbatches": 4, "global_batch_size": 8}
+    old = {"nodes": [{"name": "node1"}, {"name": "node2"}], "dp": 4, "num_microbatches": 2, "global_batch_size": 8}
+    new = {"nodes": [{"name": "node1"}], "dp": 2, "num_microbatches": 4, "global_batch_size": 8}
     assert recovery.replan_note(old, new, {"node2": "unreachable"}) == (
         "nodes 2 -> 1, dp 4 -> 2, micro-batches 2 -> 4, global batch 8 unchanged, node2 left out: unreachable"
+    )
+    # a spare in the lost node's place: the layout stays
+    spare = dict(old, nodes=[{"name": "node1"}, {"name": "node3"}])
+    assert recovery.replan_note(old, spare, {"node2": "hang culprit"}) == (
+        "nodes 2 -> 2, global batch 8 unchanged, node2 left out: hang culprit, node3 (a spare) takes a place"
     )
 
 

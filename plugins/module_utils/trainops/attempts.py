@@ -157,13 +157,14 @@ class Attempts:
         marks: Mapping[str, Any] | None,
         answering: Sequence[str],
         reach: Mapping[str, Any],
+        unhealthy: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Record the attempt and decide what comes next.
 
         ``summary``: the report's summary of the attempt's logs; ``marks``: the master's collected marks
         (:func:`read_marks`: the checkpoint tracker's text, whether the restart mark is still there; None when the
         master did not answer); ``answering``: the nodes still in the play; ``reach``: each node's ping after the
-        failure."""
+        failure; ``unhealthy``: the nodes the quick health check after the failure found sick (node -> why)."""
         current = self.current
         outcome, plan = current["outcome"], current["plan"]
         marks = marks or {}
@@ -183,6 +184,10 @@ class Attempts:
         if suspect and options.get("elastic") and record["node"] in in_plan and record["node"] not in lost:
             # a hang's culprit, or a device error: the next attempt goes on without that node (isolate first)
             lost[record["node"]] = f"isolated as {suspect}"
+        if outcome.get("state") == "failed":
+            for node, why in (unhealthy or {}).items():
+                if node in in_plan and node not in lost:
+                    lost[node] = f"sick in the health check before the next attempt ({why})"
         decision = recovery.retry_decision(
             self.state["records"],
             int(options["max_restarts"]),

@@ -495,17 +495,6 @@ def left_out(verdicts: Mapping[str, Mapping[str, Any]], policy: str) -> dict[str
     }
 
 
-def chosen_nodes(nodes: Sequence[str], exclude: Sequence[str], use: Sequence[str]) -> dict[str, str]:
-    """The nodes ``-e use_nodes`` and ``-e exclude_nodes`` leave out (names not in the inventory are refused)."""
-    unknown = sorted(n for n in set(exclude) | set(use) if n not in nodes)
-    if unknown:
-        raise ValueError(f"no such node in the inventory: {', '.join(unknown)} (the nodes: {', '.join(nodes)})")
-    out = {n: f"{n}: left out by -e exclude_nodes" for n in nodes if n in exclude}
-    if use:
-        out.update({n: f"{n}: left out, not in -e use_nodes" for n in nodes if n not in use and n not in out})
-    return out
-
-
 def record(
     health_dir: str, level: str, verdicts: Mapping[str, Any], facts_by_node: Mapping[str, Any], now: float, context: str
 ) -> str:

@@ -151,6 +151,8 @@ def replan_note(old: Mapping[str, Any], new: Mapping[str, Any], lost: Mapping[st
     if old.get("global_batch_size") == new.get("global_batch_size"):
         parts.append(f"global batch {new.get('global_batch_size')} unchanged")
     parts += [f"{node} left out: {why}" for node, why in lost.items()]
+    before = {n["name"] for n in old["nodes"]}
+    parts += [f"{n['name']} (a spare) takes a place" for n in new["nodes"] if n["name"] not in before]
     return ", ".join(parts)
 
 

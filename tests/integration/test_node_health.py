@@ -5,14 +5,29 @@ train.yml's own check over SSH."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
-from testbed import ROOT, SMALL, has_megatron, in_container, in_node, latest_run, playbook
+from testbed import (
+    INVENTORY,
+    ROOT,
+    SMALL,
+    clean_experiment,
+    has_megatron,
+    in_container,
+    in_node,
+    latest_run,
+    playbook,
+    rank_pid,
+    train_in_background,
+    wait_for_iterations,
+)
 
 pytestmark = pytest.mark.testbed
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -88,15 +103,37 @@ def test_a_replayed_table_with_a_card_missing_makes_its_node_sick(provisioned, r
     assert newest_record(tmp_path)["verdicts"]["node1"]["verdict"] == "unknown"
 
 
+MEGATRON_INIT = "/home/Megatron-LM/megatron/core/__init__.py"
+
+
+@contextlib.contextmanager
+def megatron_tree_changed(node: str):
+    """A real difference in the node's Megatron-LM tree (a line appended to one of its files), undone after."""
+    in_container(node, f"cp {MEGATRON_INIT} /tmp/megatron-init.orig && echo '# changed on {node}' >> {MEGATRON_INIT}")
+    try:
+        yield
+    finally:
+        in_container(node, f"cp /tmp/megatron-init.orig {MEGATRON_INIT}")
+
+
+@contextlib.contextmanager
+def checkpoints_full(node: str, exp: str):
+    """A 1 MiB tmpfs over the experiment's checkpoint directory, in the node's training container only (its own
+    mount namespace, entered from the node): not one checkpoint fits there."""
+    where = f"/data/mtt-train-ops/checkpoints/{exp}"
+    pid = in_node(node, "docker inspect -f '{{.State.Pid}}' train").stdout.strip()
+    in_node(node, f"nsenter -t {pid} -m sh -c 'mkdir -p {where} && mount -t tmpfs -o size=1m tmpfs {where}'")
+    try:
+        yield where
+    finally:
+        in_node(node, f"nsenter -t {pid} -m umount {where}", check=False)
+
+
 @pytest.mark.skipif(not has_megatron(), reason="the stand-in has no Megatron-LM tree (make megatron-src)")
 def test_a_node_whose_megatron_tree_differs_is_left_out_and_the_run_goes_on_without_it(provisioned, tmp_path):
-    changed = "/home/Megatron-LM/megatron/core/__init__.py"
-    in_container("node2", f"cp {changed} /tmp/megatron-init.orig && echo '# changed on node2' >> {changed}")
-    try:
-        exp = "health-tree"
+    exp = "health-tree"
+    with megatron_tree_changed("node2"):
         result = playbook("train.yml", *SMALL, "-e", f"exp={exp}", "-e", f"health_dir={tmp_path}", "-e", "fresh=true")
-    finally:
-        in_container("node2", f"cp /tmp/megatron-init.orig {changed}")
     assert result.returncode == 0, result.stdout[-5000:]
     assert "node2: left out, its health check says sick (stack: Megatron-LM tree " in result.stdout
     stack = next(c for c in newest_record(tmp_path)["verdicts"]["node2"]["checks"] if c["check"] == "stack")
@@ -113,15 +150,9 @@ def test_a_node_whose_megatron_tree_differs_is_left_out_and_the_run_goes_on_with
 def test_a_full_file_system_where_checkpoints_go_is_named_before_the_launch(provisioned, tmp_path):
     exp = "health-disk"
     shutil.rmtree(ROOT / "runs" / exp, ignore_errors=True)
-    where = f"/data/mtt-train-ops/checkpoints/{exp}"
-    pid = in_node("node2", "docker inspect -f '{{.State.Pid}}' train").stdout.strip()
-    mount = f"nsenter -t {pid} -m sh -c 'mkdir -p {where} && mount -t tmpfs -o size=1m tmpfs {where}'"
-    in_node("node2", mount)
-    try:
+    with checkpoints_full("node2", exp) as where:
         # pp=4 needs both nodes' four ranks: without node2 the run cannot be planned, and is refused
         result = playbook("train.yml", *SMALL, "-e", "pp=4", "-e", f"exp={exp}", "-e", f"health_dir={tmp_path}")
-    finally:
-        in_node("node2", f"nsenter -t {pid} -m umount {where}", check=False)
     assert result.returncode != 0
     disk = next(c for c in newest_record(tmp_path)["verdicts"]["node2"]["checks"] if c["check"] == "disk")
     assert disk["status"] == "sick"
@@ -132,3 +163,46 @@ def test_a_full_file_system_where_checkpoints_go_is_named_before_the_launch(prov
     )
     assert "Nothing was started" in result.stdout
     assert not (ROOT / "runs" / exp).exists()  # refused before the plan was rendered
+
+
+def test_a_spare_takes_the_place_of_a_sick_node_with_its_rank(provisioned, tmp_path):
+    """node2 is a spare (spare: true): the run is planned on node1 alone, until node1's check finds it sick (its
+    checkpoint directory is full); then node2 takes its place as node rank 0, and the layout and the global batch
+    are the one-node plan's."""
+    inventory = tmp_path / "testbed"  # the same name: the same cluster key
+    shutil.copytree(INVENTORY, inventory, ignore=shutil.ignore_patterns(".ssh"))
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    (inventory / "host_vars" / "node2.yml").write_text(yaml.safe_dump({"spare": True}))
+    exp = "health-spare"
+    shutil.rmtree(ROOT / "runs" / exp, ignore_errors=True)
+    with checkpoints_full("node1", exp):
+        result = playbook("train.yml", *SMALL, "-e", f"exp={exp}", "-e", f"health_dir={tmp_path / 'health'}",
+                          inventory=inventory)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert "spare        node2 takes the place of node1 (node rank 0): the layout stays as planned" in result.stdout
+    plan = json.loads((latest_run(exp) / "plan" / "plan.json").read_text())
+    assert ([n["name"] for n in plan["nodes"]], plan["world_size"], plan["global_batch_size"]) == (["node2"], 2, 4)
+    assert plan["master"] == "node2"
+
+
+def test_a_node_found_sick_after_a_failure_gets_no_rank_in_another_attempt(provisioned, tmp_path):
+    """Rank 3 (node2) is killed while node2's checkpoint directory has filled up: the quick check after the failure
+    finds node2 sick, and without elastic the run ends naming it instead of relaunching on it."""
+    exp = "health-restart"
+    clean_experiment(exp)
+    output = tmp_path / "train.out"
+    job = train_in_background("-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "max_restarts=1",
+                              "-e", f"health_dir={tmp_path / 'health'}", "-e", "fresh=true", output=output)  # fmt: skip
+    try:
+        wait_for_iterations(exp, 3)
+        with checkpoints_full("node2", exp):
+            in_container("node2", f"kill -9 {rank_pid('node2', exp, 3)}")
+            job.wait(timeout=600)
+    finally:
+        job.kill()
+    text = output.read_text()
+    assert job.returncode != 0, text[-4000:]
+    assert "node2: sick in the health check before the next attempt (disk: 1.00 MiB free at " in text
+    assert "The run cannot go on without node2" in text
+    attempts = json.loads((latest_run(exp) / "attempts.json").read_text())
+    assert len(attempts["records"]) == 1  # no second attempt
