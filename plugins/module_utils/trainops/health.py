@@ -70,6 +70,11 @@ def _result(check: str, status: str, detail: str, action: str = "", field: str =
     return out
 
 
+def _found(check: str, status: str, found: Sequence[tuple[str, str]], action: str) -> dict[str, str]:
+    """A check's result from what it found: ``(detail, field)`` pairs, the first one's field named."""
+    return _result(check, status, "; ".join(detail for detail, _ in found), action, found[0][1])
+
+
 def device_facts(tool: str, output: str, rc: int) -> dict[str, Any]:
     """The cards from the device tool's output (its full query, else its table), or why there are none."""
     if not tool:
@@ -191,21 +196,14 @@ def _ecc_check(node: str, device: Mapping[str, Any], slots: int) -> dict[str, st
         if card.get("retired_pages"):
             degraded.append((f"{label}: {card['retired_pages']} retired page(s)", where.get("retired_pages", "")))
     if sick:
-        return _result(
+        return _found(
             "ecc",
             "sick",
-            "; ".join(d for d, _ in sick),
+            sick,
             f"drain {node} and reset the card (nvidia-smi -r / a reboot); replace it if it comes back",
-            sick[0][1],
         )
     if degraded:
-        return _result(
-            "ecc",
-            "degraded",
-            "; ".join(d for d, _ in degraded),
-            f"watch {node}'s counters; plan a repair if they grow",
-            degraded[0][1],
-        )
+        return _found("ecc", "degraded", degraded, f"watch {node}'s counters; plan a repair if they grow")
     if not seen:
         return _result(
             "ecc",
@@ -242,12 +240,8 @@ def _thermal_check(node: str, device: Mapping[str, Any]) -> dict[str, str]:
                 )
             )
     if hot:
-        return _result(
-            "thermal",
-            "degraded",
-            "; ".join(d for d, _ in hot),
-            f"check {node}'s cooling and power (a slowed card makes every rank wait)",
-            hot[0][1],
+        return _found(
+            "thermal", "degraded", hot, f"check {node}'s cooling and power (a slowed card makes every rank wait)"
         )
     if not temps:
         return _result("thermal", "unknown", "the tool's query has no temperatures")
