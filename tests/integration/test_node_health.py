@@ -85,6 +85,16 @@ def test_a_replayed_row_remap_waiting_for_a_reset_makes_its_node_sick_naming_the
     incidents = [json.loads(line) for line in (ROOT / "runs" / "incidents.jsonl").read_text().splitlines()]
     assert [(i["node"], i["kind"]) for i in incidents] == [("node2", "health")]
     assert incidents[0]["evidence"].startswith(str(tmp_path))
+    # the card is "repaired" (the image's healthy output again): -e clear=node2 clears its incident, then checks
+    in_container("node2", f"rm -f {REPLAY_DIR}/nvidia-smi-q.txt")
+    again = playbook(
+        "playbooks/health.yml", "-e", "accelerator=cuda", "-e", f"health_dir={tmp_path}", "-e", "clear=node2"
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "cleared      node2: its incidents so far no longer count" in again.stdout
+    assert "node2  healthy" in again.stdout
+    last = json.loads((ROOT / "runs" / "incidents.jsonl").read_text().splitlines()[-1])
+    assert (last["node"], last["kind"]) == ("node2", "cleared")
 
 
 def test_a_replayed_table_with_a_card_missing_makes_its_node_sick(provisioned, replays, tmp_path):
