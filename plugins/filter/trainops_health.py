@@ -14,6 +14,7 @@ if _CORE not in sys.path:
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from trainops import node_choice  # noqa: E402
+from trainops.options import convert  # noqa: E402
 
 
 def health_facts(
@@ -64,8 +65,10 @@ def chosen_left_out(incident_left_out: Mapping[str, str], nodes: list[str], opti
     return out
 
 
-def _true(value: Any) -> bool:
-    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+def _flag(hostvars: Mapping[str, Any], node: str, name: str) -> bool:
+    """A node's boolean inventory field (master, spare) as the schema converts it (the inputs check refused a bad
+    one before any of this)."""
+    return bool(convert(name, hostvars[node].get(name, False), f"inventory {node}"))
 
 
 def plan_nodes(
@@ -76,8 +79,7 @@ def plan_nodes(
     order must be kept (a spare stands in), and a line per spare that does. With -e use_nodes, the nodes it names
     are the regular ones."""
     use = options.get("use_nodes") or []
-    hosts = [{"name": n, "master": _true(hostvars[n].get("master")), "spare": _true(hostvars[n].get("spare"))}
-             for n in nodes]  # fmt: skip
+    hosts = [{"name": n, "master": _flag(hostvars, n, "master"), "spare": _flag(hostvars, n, "spare")} for n in nodes]
     if use:
         regular, spares = [h for h in hosts if h["name"] in use], []
     else:
@@ -101,7 +103,7 @@ def replan_nodes(
     not in the plan, not left out and answered the ping after the failure (its ``train_reach``), else dropped."""
     spares = [
         n for n in nodes
-        if _true(hostvars[n].get("spare")) and n not in plan_nodes_ and n not in left_out
+        if _flag(hostvars, n, "spare") and n not in plan_nodes_ and n not in left_out
         and not (hostvars[n].get("train_reach") or {}).get("unreachable")
     ]  # fmt: skip
     chosen, _ = node_choice.plan_nodes(plan_nodes_, spares, lost)

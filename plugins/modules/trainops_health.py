@@ -69,6 +69,10 @@ left_out:
   description: The nodes O(policy) leaves out, each with why.
   returned: success
   type: dict
+reasons:
+  description: The same nodes, each with its verdict's reason alone (what a restart's decision names).
+  returned: success
+  type: dict
 path:
   description: The record written.
   returned: success
@@ -99,7 +103,7 @@ def main() -> None:
     p = module.params
     now = time.time()
     try:
-        verdicts = health.judge(p["facts"], p["expected"], health.last_checked(p["health_dir"]))
+        verdicts = health.judge(p["facts"], p["expected"], health.last_checked(p["health_dir"], list(p["facts"])))
         path = health.record(p["health_dir"], p["level"], verdicts, p["facts"], now, p["context"])
         if p["incidents_file"]:
             name = os.path.relpath(os.path.dirname(path), os.path.dirname(os.path.abspath(p["health_dir"])))
@@ -107,7 +111,9 @@ def main() -> None:
     except OSError as exc:
         module.fail_json(msg=f"{p['health_dir']}: {exc}")
     left_out = {n: why for n, why in health.left_out(verdicts, p["policy"]).items() if n not in p["use_nodes"]}
-    module.exit_json(changed=False, verdicts=verdicts, lines=health.lines(verdicts), left_out=left_out, path=path)
+    reasons = {n: verdicts[n]["reason"] for n in left_out}
+    module.exit_json(changed=False, verdicts=verdicts, lines=health.lines(verdicts), left_out=left_out,
+                     reasons=reasons, path=path)  # fmt: skip
 
 
 if __name__ == "__main__":

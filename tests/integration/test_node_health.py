@@ -12,16 +12,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from testbed import (
-    INVENTORY,
     ROOT,
     SMALL,
     clean_experiment,
     has_megatron,
     in_container,
     in_node,
+    inventory_copy,
     latest_run,
     playbook,
     rank_pid,
@@ -179,10 +178,7 @@ def test_a_spare_takes_the_place_of_a_sick_node_with_its_rank(provisioned, tmp_p
     """node2 is a spare (spare: true): the run is planned on node1 alone, until node1's check finds it sick (its
     checkpoint directory is full); then node2 takes its place as node rank 0, and the layout and the global batch
     are the one-node plan's."""
-    inventory = tmp_path / "testbed"  # the same name: the same cluster key
-    shutil.copytree(INVENTORY, inventory, ignore=shutil.ignore_patterns(".ssh"))
-    (inventory / "host_vars").mkdir(exist_ok=True)
-    (inventory / "host_vars" / "node2.yml").write_text(yaml.safe_dump({"spare": True}))
+    inventory = inventory_copy(tmp_path, node2={"spare": True})
     exp = "health-spare"
     shutil.rmtree(ROOT / "runs" / exp, ignore_errors=True)
     with checkpoints_full("node1", exp):

@@ -6,15 +6,14 @@ Marked `testbed`: `make test` (and CI) run them; `make test-fast` does not.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import time
 
 import pytest
 import yaml
 
-from testbed import INVENTORY, ROOT, docker, in_container, in_node, playbook, recap
 from testbed import NODE_CONTAINERS as NODE_CONTAINERS_BY_NAME
+from testbed import ROOT, docker, in_container, in_node, inventory_copy, playbook, recap
 
 pytestmark = pytest.mark.testbed
 
@@ -117,7 +116,7 @@ def test_a_stopped_node_is_named_and_nothing_changes(converged):
 
 
 def test_a_wrong_image_is_named_and_the_other_node_untouched(converged, tmp_path):
-    inventory = _inventory_copy(
+    inventory = inventory_copy(
         tmp_path, node2={"container_image": "mtt-no-such-image:1", "container_image_archive": ""}
     )
     before = in_node("node1", "docker inspect -f '{{.Id}}' train").stdout
@@ -171,15 +170,6 @@ def test_a_different_container_is_left_alone_unless_recreate(converged):
     assert in_node("node1", "docker inspect -f '{{.State.Running}}' train").stdout.strip() == "true"
 
 
-def _inventory_copy(tmp_path, **host_vars):
-    inventory = tmp_path / "testbed"  # the same name: the same cluster key
-    shutil.copytree(INVENTORY, inventory, ignore=shutil.ignore_patterns(".ssh"))
-    (inventory / "host_vars").mkdir(exist_ok=True)
-    for host, values in host_vars.items():
-        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
-    return inventory
-
-
 def _wait_for_ssh(address: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -204,7 +194,7 @@ MUSA_ON_THE_TESTBED = {
 
 @pytest.fixture
 def musa_inventory(converged, tmp_path):
-    inventory = _inventory_copy(tmp_path)
+    inventory = inventory_copy(tmp_path)
     (inventory / "group_vars").mkdir()
     (inventory / "group_vars" / "all.yml").write_text(yaml.safe_dump(MUSA_ON_THE_TESTBED))
     yield inventory

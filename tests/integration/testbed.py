@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -174,3 +177,14 @@ def heal_node2() -> None:
         if last.returncode == 0:
             return
     raise AssertionError(last.stdout[-4000:])
+
+
+def inventory_copy(tmp_path: Path, **host_vars: dict) -> Path:
+    """A copy of the testbed's inventory with ``host_vars/<host>.yml`` for each host given (the same directory name:
+    the same cluster key)."""
+    inventory = tmp_path / "testbed"
+    shutil.copytree(INVENTORY, inventory, ignore=shutil.ignore_patterns(".ssh"))
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    for host, values in host_vars.items():
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
+    return inventory

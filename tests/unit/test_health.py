@@ -133,3 +133,4 @@ def test_records_keep_every_check_and_when_each_node_was_checked(tmp_path):
     assert json.loads(Path(path).read_text())["verdicts"]["a"]["verdict"] == "healthy"
     health.record(str(tmp_path), "quick", {"a": verdicts["a"]}, {"a": {}}, 2000.0, "train.yml")
     assert health.last_checked(str(tmp_path)) == {"a": 2000.0, "b": 1000.0}
+    assert health.last_checked(str(tmp_path), ["a"]) == {"a": 2000.0}  # the newest record has it: no older one read

@@ -510,13 +510,13 @@ def record(
     return path
 
 
-def records(health_dir: str) -> list[dict[str, Any]]:
-    """Every health record under ``health_dir``, oldest first (an unreadable one is skipped)."""
-    found = []
+def _newest_first(health_dir: str):
+    """The health records under ``health_dir``, newest first (their directories are UTC timestamps; an unreadable
+    one is skipped), read one at a time."""
     try:
-        names = sorted(os.listdir(health_dir))
+        names = sorted(os.listdir(health_dir), reverse=True)
     except FileNotFoundError:
-        return []
+        return
     for name in names:
         try:
             with open(os.path.join(health_dir, name, RECORD_NAME), encoding="utf-8") as f:
@@ -524,17 +524,18 @@ def records(health_dir: str) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("verdicts"), dict):
-            data["path"] = os.path.join(health_dir, name, RECORD_NAME)
-            found.append(data)
-    return found
+            yield data
 
 
-def last_checked(health_dir: str) -> dict[str, float]:
-    """When each node was last checked (the kernel log is read from then on)."""
+def last_checked(health_dir: str, nodes: Sequence[str] | None = None) -> dict[str, float]:
+    """When each node was last checked (the kernel log is read from then on). With ``nodes``, the reading stops at
+    the newest record that has each of them, however long the history."""
     out: dict[str, float] = {}
-    for data in records(health_dir):
+    for data in _newest_first(health_dir):
         for node in data["verdicts"]:
             out[node] = max(out.get(node, 0.0), float(data.get("time") or 0))
+        if nodes is not None and all(n in out for n in nodes):
+            break
     return out
 
 
