@@ -328,3 +328,107 @@ def test_pack_logs_on_the_master_adds_the_checkpoint_and_the_restart_mark(tmp_pa
     aside = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node1", "--set-aside",
                 str(run_dir / "attempt-1"))  # fmt: skip
     assert json.loads(aside.stdout) == {"moved": ["logs/node1", "logs/launch-node1.out"], "restarting": False}
+
+
+# checkpoints: checkpoint_scan.py
+
+
+def _torch_dist_save(directory: Path, shards: dict[str, int]) -> None:
+    """A save in torch_dist's layout: shard files, and a ``.metadata`` pickled as torch pickles its index (classes
+    of ``torch.distributed.checkpoint.metadata``, here stand-ins of that module, which the scan never imports)."""
+    import dataclasses
+    import pickle
+    import types
+
+    module = types.ModuleType("dcp_metadata_standin")  # torch.distributed.checkpoint.metadata in a real save
+
+    @dataclasses.dataclass(frozen=True)
+    class MetadataIndex:
+        fqn: str
+        offset: object = None
+        index: int | None = None
+
+    @dataclasses.dataclass
+    class _StorageInfo:
+        relative_path: str
+        offset: int
+        length: int
+
+    @dataclasses.dataclass
+    class Metadata:
+        state_dict_metadata: dict
+        planner_data: object = None
+        storage_data: object = None
+
+    for cls in (MetadataIndex, _StorageInfo, Metadata):
+        cls.__module__, cls.__qualname__ = module.__name__, cls.__name__
+        setattr(module, cls.__name__, cls)
+    sys.modules[module.__name__] = module
+    try:
+        storage, data = {}, {}
+        for name, size in shards.items():
+            half = size // 2
+            storage[MetadataIndex(f"{name}.a")] = _StorageInfo(name, 0, half)
+            storage[MetadataIndex(f"{name}.b")] = _StorageInfo(name, half, size - half)
+            data[name] = os.urandom(size)
+        directory.mkdir(parents=True)
+        (directory / ".metadata").write_bytes(pickle.dumps(Metadata({"x": 1}, None, storage)))
+    finally:
+        del sys.modules[module.__name__]
+    for name, blob in data.items():
+        (directory / name).write_bytes(blob)
+    (directory / "common.pt").write_bytes(b"common")
+    (directory / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
+
+
+def test_checkpoint_scan_reads_each_save_and_its_index_without_torch(tmp_path):
+    _torch_dist_save(tmp_path / "iter_0000005", {"__0_0.distcp": 70000, "__1_0.distcp": 50000})
+    _torch_dist_save(tmp_path / "iter_0000010", {"__0_0.distcp": 70000, "__1_0.distcp": 50000})
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("10\n")
+    (tmp_path / "data-cache").mkdir()
+    with open(tmp_path / "iter_0000010" / "__1_0.distcp", "r+b") as handle:
+        handle.truncate(1234)
+    done = run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    listing = json.loads(done.stdout)
+    assert listing["tracker"] == "10" and listing["free_bytes"] > 0
+    first, second = listing["saves"]
+    assert (first["name"], first["iteration"]) == ("iter_0000005", 5)
+    assert first["needed"] == {"__0_0.distcp": 70000, "__1_0.distcp": 50000}
+    assert second["files"]["__1_0.distcp"] == 1234 and first["fingerprint"] != second["fingerprint"]
+    # a copy has the same fingerprint; --skip lists a save by name alone
+    import shutil
+
+    shutil.rmtree(tmp_path / "iter_0000010")
+    shutil.copytree(tmp_path / "iter_0000005", tmp_path / "iter_0000010")
+    again = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path), "--skip", "5").stdout)
+    assert again["saves"][0] == {"name": "iter_0000005", "iteration": 5, "partial": True}
+    assert again["saves"][1]["fingerprint"] == first["fingerprint"]
+    (tmp_path / "iter_0000010" / ".metadata").write_bytes(b"\x80\x04garbage")
+    broken = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path)).stdout)
+    assert "index_error" in broken["saves"][1] and "needed" not in broken["saves"][1]
+
+
+def test_checkpoint_scan_sets_aside_and_removes_only_saves_never_the_trackers(tmp_path):
+    for iteration in (5, 10, 15):
+        (tmp_path / f"iter_{iteration:07d}").mkdir()
+        (tmp_path / f"iter_{iteration:07d}" / "smoke.pt").write_bytes(b"x" * iteration)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("15\n")
+    done = run("checkpoints", "checkpoint_scan.py", "resume", str(tmp_path), "--tag", "attempt-2", "--tracker", "10",
+               "--set-aside", "iter_0000015")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["moved"] == [str(tmp_path / "set-aside" / "iter_0000015.attempt-2")]
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "10\n"
+    assert (tmp_path / "set-aside" / "iter_0000015.attempt-2" / "smoke.pt").is_file()
+    bad = run("checkpoints", "checkpoint_scan.py", "resume", str(tmp_path), "--tag", "t", "--set-aside", "../etc")
+    assert bad.returncode != 0 and "is not a save's name" in bad.stderr
+    ledger = str(tmp_path / "run" / "checkpoints.json")
+    request = {
+        "remove": ["iter_0000005", "iter_0000010", "data-cache", "../x"],
+        "ledger": {"saves": []},
+        "ledger_path": ledger,
+    }
+    removed = run("checkpoints", "checkpoint_scan.py", "apply", str(tmp_path), stdin=json.dumps(request))
+    assert json.loads(removed.stdout) == {"removed": ["iter_0000005"]}  # 10 is the tracker's
+    assert sorted(os.listdir(tmp_path)) == ["iter_0000010", "latest_checkpointed_iteration.txt", "run", "set-aside"]
+    assert json.loads(Path(ledger).read_text()) == {"saves": []}
