@@ -26,6 +26,7 @@ the probes, sleeps between them and prints what the watcher gives it.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -48,22 +49,34 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(WatchRequest.argument_spec())
 
-    def _exec(self, container: str, argv: list[str]) -> dict[str, Any]:
+    def _exec(self, container: str, argv: list[str], stdin: str | None = None) -> dict[str, Any]:
         """``docker exec`` in the master's container, over the play's connection to the master node.
 
         The docker CLI, not community.docker's module: the watcher probes every few seconds for days, and a module
         run starts a Python interpreter on the node each time (about 5 % of a 2-core testbed node's CPU at one
         probe every 5 s, measured; the CLI's cost is within noise). Results look like the module's.
         """
-        command = " ".join(shlex.quote(part) for part in ["docker", "exec", container, *argv])
+        interactive = ["-i"] if stdin is not None else []
+        command = " ".join(shlex.quote(part) for part in ["docker", "exec", *interactive, container, *argv])
         try:
-            done = self._low_level_execute_command(command, sudoable=True)
+            done = self._low_level_execute_command(command, sudoable=True, in_data=stdin)
         except AnsibleConnectionFailure as exc:
             return {"unreachable": True, "msg": str(exc)}
         out = {"rc": done.get("rc"), "stdout": done.get("stdout", ""), "stderr": done.get("stderr", "")}
         if done.get("rc") != 0:
             out.update(failed=True, msg=(out["stderr"] or out["stdout"] or f"docker exec exited {out['rc']}").strip())
         return out
+
+    def _checkpoints(self, request: WatchRequest, watcher: Watcher, running: bool) -> list[str]:
+        """The checkpoint watch's commands, when it wants them: the scan after a save, then retention's removal."""
+        found, ckpt = [], watcher.checkpoints
+        watcher.wall = time.time()
+        if ckpt.wants_scan:
+            found += ckpt.on_scan(self._exec(request.container, ckpt.scan_argv()), time.time(), running=running)
+        if ckpt.wants_apply:
+            reply = self._exec(request.container, ckpt.apply_argv(), json.dumps(ckpt.apply_input()))
+            found += ckpt.on_apply(reply, time.time())
+        return found
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -78,12 +91,16 @@ class ActionModule(ActionBase):
                     reply = self._exec(request.container, watcher.diagnose_argv())
                     for line in watcher.on_diagnosis(reply, time.monotonic()):
                         display.display(line)
+                for line in self._checkpoints(request, watcher, running=True):
+                    display.display(line)
                 if watcher.ended(time.monotonic()):
                     break
                 time.sleep(watcher.next_probe_in())
         except ProbeError as exc:
             raise AnsibleActionFail(str(exc)) from exc
-        for line in watcher.finish():
+        if watcher.outcome["state"] == "finished" and watcher.checkpoints.enabled:
+            watcher.checkpoints.wants_scan = True  # the save at the end, made just before the ranks exited
+        for line in [*self._checkpoints(request, watcher, running=False), *watcher.finish()]:
             display.display(line)
         result.update(changed=False, watch=watcher.result(time.monotonic()))
         return result

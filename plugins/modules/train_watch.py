@@ -87,6 +87,26 @@ options:
       C(straggler_ratio) sets its argument unless that argument is given itself; C(max_restarts) > 0 sets
       O(restart_mark).
     type: dict
+  verify_checkpoints:
+    description: After each save Megatron reports, scan the checkpoint directory on the master
+      (C(<run_dir>/checkpoint_scan.py)) and judge the new save (docs/checkpoints.md).
+    type: bool
+    default: true
+  keep_checkpoints:
+    description: Keep the newest N verified saves and remove older ones (0 keeps all).
+    type: int
+    default: 0
+  keep_every:
+    description: With O(keep_checkpoints), also keep every save whose iteration is a multiple of M.
+    type: int
+    default: 0
+  keep_dry_run:
+    description: With O(keep_checkpoints), only say what would be removed.
+    type: bool
+    default: false
+  known_checkpoints:
+    description: The verdicts an earlier attempt of the run gave (the saves it judged are not read again).
+    type: list
   restart_mark:
     description: The run has train.yml's restart mark (C(<run_dir>/restarting), C(-e max_restarts)); when stop.yml
       removes it, the watch ends the attempt as C(failed) with kind C(stopped), so no attempt outlives stop.yml.

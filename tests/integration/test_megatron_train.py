@@ -59,9 +59,22 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
     clean_experiment(exp)
     # validation every 5 iterations (2 batches), checkpoints at 5 and 10
     evals = ("-e", json.dumps({"training": {"save_interval": 5, "eval_interval": 5, "eval_iters": 2}}))
+    # retention on one layout: the newest verified save is kept, the older one removed once the newer is verified
+    keep = ("-e", "keep_checkpoints=1") if dp == 2 else ()
     first = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", "train_iters=10", "-e", f"exp={exp}",
-                     *MEGATRON, *evals)  # fmt: skip
+                     *MEGATRON, *evals, *keep)  # fmt: skip
     assert first.returncode == 0, first.stdout[-6000:]
+    # each save Megatron reported is scanned on the master and judged against .metadata's file list and byte ranges
+    for iteration in (5, 10):
+        assert re.search(rf"checkpoint   iteration {iteration} verified: [\d.]+ MiB, \d+ files", first.stdout), (
+            first.stdout
+        )
+    left = in_container("node1", f"ls /data/mtt-train-ops/checkpoints/{exp}").stdout.split()
+    if keep:
+        assert "checkpoint   removed iteration 5 (keep_checkpoints=1)" in first.stdout
+        assert "iter_0000005" not in left and "iter_0000010" in left
+    else:
+        assert {"iter_0000005", "iter_0000010"} <= set(left)
     assert "job          Megatron-LM pretrain_gpt.py" in first.stdout
     assert f"layout       tp={tp} pp={pp} cp=1 vpp=- dp={dp}" in first.stdout
     assert re.search(r"iteration 10/10 \(100%\) \| lm loss [\d.]+ \| [\d,]+ ms/it", first.stdout), first.stdout[-3000:]
@@ -86,6 +99,23 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
     saved = in_container("node1", f"cat /data/mtt-train-ops/checkpoints/{exp}/latest_checkpointed_iteration.txt")
     assert saved.stdout.strip() == "10"
     assert "metadata.json" in in_container("node1", f"ls /data/mtt-train-ops/checkpoints/{exp}/iter_0000010").stdout
+    no_rank_left()
+    if keep:
+        return
+    # a shard of the newest save cut short (a node that died mid-write, a full disk): the next run sets it aside
+    # and resumes from the save before it, and Megatron loads that one and trains on to the end
+    in_container("node1", f"truncate -s 1000 /data/mtt-train-ops/checkpoints/{exp}/iter_0000010/__0_0.distcp")
+    again = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", "train_iters=10", "-e", f"exp={exp}",
+                     *MEGATRON, *evals)  # fmt: skip
+    assert again.returncode == 0, again.stdout[-6000:]
+    assert re.search(r"checkpoint   iteration 10 set aside \(not resumed from\): __0_0.distcp is truncated: "
+                     r"1,000 of the [\d,]+ bytes .metadata names", again.stdout), again.stdout  # fmt: skip
+    assert "resume       from iteration 5 in" in again.stdout
+    resumed = json.loads((latest_run(exp) / "summary.json").read_text())
+    assert [m["iteration"] for m in resumed["checkpoints"]["loaded"]] == [5], resumed["checkpoints"]
+    assert resumed["state"] == "finished" and resumed["last_iteration"] == 10
+    aside = in_container("node1", f"ls /data/mtt-train-ops/checkpoints/{exp}/set-aside").stdout.split()
+    assert aside == [f"iter_0000010.{latest_run(exp).name}"], aside
     no_rank_left()
 
 

@@ -180,3 +180,59 @@ def test_the_disk_guard():
     assert refuse["level"] == "refuse" and refuse["line"].startswith(
         "11.94 MiB free at /ckpt, a checkpoint of this plan takes 23.87 MiB"
     )
+
+
+WATCH_PLAN = dict(PLAN, run_dir="/data/runs/x/r1", checkpoint_dir=RECORDED["dir"])
+
+
+def reply(out: dict) -> dict:
+    return {"rc": 0, "stdout": json.dumps(out)}
+
+
+def test_the_watch_judges_each_save_once_and_says_so():
+    watch = ck.CheckpointWatch(WATCH_PLAN, {})
+    assert not watch.wants_scan
+    watch.note_saved(10)
+    assert watch.wants_scan and watch.scan_argv()[-1] == ""
+    lines = watch.on_scan(reply(listing(tracker="10")), wall=save(RECORDED, 10)["mtime"] + 2.5, running=True)
+    assert lines == [
+        "checkpoint   iteration 5 verified: 24.22 MiB, 11 files (4.1 s after it was written)",
+        "checkpoint   iteration 10 verified: 24.22 MiB, 11 files (2.5 s after it was written)",
+    ]
+    assert watch.scan_argv()[-2:] == ["--skip", "5,10"] and not watch.wants_apply
+    bad = listing()
+    save(bad, 15)["fingerprint"] = save(bad, 10)["fingerprint"]
+    lines = watch.on_scan(reply(bad), wall=save(RECORDED, 15)["mtime"] + 1)
+    assert len(lines) == 1 and lines[0].startswith("[WARNING] checkpoint iteration 15 is not to be trusted: the same")
+    assert watch.suffix(save(RECORDED, 10)["mtime"] + 30) == "ckpt 10 verified 30 s ago"
+
+
+def test_the_watch_removes_what_retention_lets_go_or_only_says_so():
+    watch = ck.CheckpointWatch(WATCH_PLAN, {"keep_checkpoints": 1})
+    watch.on_scan(reply(listing()), wall=2e9)
+    assert watch.wants_apply and watch.apply_input()["remove"] == ["iter_0000005", "iter_0000010"]
+    lines = watch.on_apply({"rc": 0, "stdout": json.dumps({"removed": ["iter_0000005", "iter_0000010"]})}, wall=2e9)
+    assert lines == [
+        "checkpoint   removed iteration 5 (keep_checkpoints=1): 24.22 MiB freed",
+        "checkpoint   removed iteration 10 (keep_checkpoints=1): 24.22 MiB freed",
+    ]
+    assert [s["iteration"] for s in watch.result()["saves"]] == [15]
+    assert [s["iteration"] for s in watch.result()["removed"]] == [5, 10]
+    dry = ck.CheckpointWatch(WATCH_PLAN, {"keep_checkpoints": 2, "keep_dry_run": True})
+    lines = dry.on_scan(reply(listing()), wall=2e9)
+    assert not dry.wants_apply and lines[-1].startswith(
+        "checkpoint   keep_dry_run: keep_checkpoints=2 would remove iteration 5"
+    )
+
+
+def test_the_watch_reports_a_filling_disk_and_a_failed_scan():
+    watch = ck.CheckpointWatch(WATCH_PLAN, {})
+    lines = watch.on_scan(reply(listing(free_bytes=PLAN["checkpoint_bytes"] // 2)), wall=2e9)
+    assert (
+        lines[-1].startswith("[WARNING] checkpoint disk: 11.94 MiB free at ") and "not one checkpoint fits" in lines[-1]
+    )
+    assert watch.suffix(2e9).endswith("ckpt disk full")
+    assert "failed: Permission denied" in watch.on_scan({"failed": True, "msg": "Permission denied"}, wall=2e9)[0]
+    off = ck.CheckpointWatch(WATCH_PLAN, {"verify_checkpoints": False})
+    off.note_saved(5)
+    assert not off.wants_scan

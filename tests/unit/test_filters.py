@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,7 @@ def test_each_filter_file_keeps_to_one_concern_and_imports_the_core_it_wraps():
     """One file per concern, no name twice (all_filters checks), and each file's core imports visible at its top."""
     files = filter_files()
     assert set(files) == {
+        "trainops_checkpoints",
         "trainops_cluster",
         "trainops_health",
         "trainops_provision",
@@ -127,3 +130,23 @@ def test_a_nodes_gathered_results_become_its_health_facts():
     assert out["kernel_log"] == {"readable": False, "error": "dmesg: no"}
     broken = facts(running, {"stdout": "", "stderr": "Traceback ... SyntaxError"}, {}, "train", 2, "")
     assert broken["error"].startswith("the facts could not be read in 'train': Traceback")
+
+
+def test_the_resume_choice_sets_aside_a_truncated_save_and_refuses_when_none_is_left():
+    recorded = json.loads((ROOT / "tests" / "fixtures" / "checkpoints" / "megatron-tiny-tp1pp2dp2.json").read_text())
+    plan = {"tp": 1, "pp": 2, "job": "megatron", "checkpoint_bytes": 25034240, "checkpoint_dir": recorded["dir"]}
+    choose = FILTERS["trainops_resume_choice"]
+    cut = copy.deepcopy(recorded)
+    cut["saves"][-1]["files"]["__0_0.distcp"] = 1000  # iteration 15's first shard, cut short
+    choice = choose({"rc": 0, "stdout": json.dumps(cut)}, plan, True, "node1")
+    assert (choice["resume"], choice["set_aside"], choice["tracker"]) == ("10", ["iter_0000015"], "10")
+    assert "iteration 15 set aside (not resumed from): __0_0.distcp is truncated" in choice["lines"][0]
+    # -e verify_checkpoints=false: the tracker as it is
+    assert choose({"rc": 0, "stdout": json.dumps(cut)}, plan, False, "node1")["resume"] == "15"
+    for entry in cut["saves"]:
+        entry["files"]["__0_0.distcp"] = 1000
+    refused = choose({"rc": 0, "stdout": json.dumps(cut)}, plan, True, "node1")
+    assert refused["resume"] == "" and refused["refused"].startswith(f"node1: not one checkpoint in {recorded['dir']}")
+    assert "-e fresh=true" in refused["refused"] and "-e verify_checkpoints=false" in refused["refused"]
+    with pytest.raises(AnsibleFilterError, match="node1: the checkpoints in .* could not be scanned: no python3"):
+        choose({"rc": 127, "stdout": "", "stderr": "no python3"}, plan, True, "node1")

@@ -328,3 +328,20 @@ def test_train_ymls_options_fill_every_argument_not_given_itself():
     assert (request.hang_timeout, request.on_hang, request.straggler_ratio) == ("auto", "warn", 1.5)
     assert request.poll_interval == 9.0 and request.restart_mark is True  # given itself: kept
     assert request.options is None and request.diagnose_script == "/r/diagnose.sh"
+
+
+def test_a_save_megatron_says_is_done_asks_for_a_checkpoint_scan(plan):
+    watcher = Watcher(_request(plan, progress_interval=0, verify_checkpoints=True), started=100.0)
+    rank0 = "  successfully saved checkpoint from iteration       5 to /ckpt [ t 1/1, p 1/1 ]\n"
+    encoded = base64.b64encode(rank0.encode()).decode()
+    section = f"rank0-stdout\t/r/logs/node1/x/attempt_0/0/stdout.log\t{len(rank0)}\t{len(rank0)}\t0\t0\t{encoded}\n"
+    line = LOG.splitlines()[0] + "\n"
+    reply = _probe("node1=running:11 node2=running:12", line)
+    watcher.on_probe(dict(reply, stdout=section + reply["stdout"]), now=105.0)
+    assert watcher.checkpoints.wants_scan
+    argv = watcher.checkpoints.scan_argv()
+    assert argv[:4] == ["python3", f"{plan['run_dir']}/checkpoint_scan.py", "scan", plan["checkpoint_dir"]]
+    assert watcher.result(106.0)["checkpoints"]["saves"] == []
+    off = Watcher(_request(plan, verify_checkpoints=False), started=100.0)
+    off.on_probe(dict(reply, stdout=section + reply["stdout"]), now=105.0)
+    assert not off.checkpoints.wants_scan

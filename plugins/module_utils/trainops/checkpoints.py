@@ -16,6 +16,7 @@ tracker's text and the free space. Everything here is pure and judges that listi
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -264,3 +265,142 @@ def newest_verified(saves: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None
     """The newest verified save, or None."""
     verified = [s for s in saves if s["verdict"] == VERIFIED]
     return dict(max(verified, key=lambda s: s["iteration"])) if verified else None
+
+
+#: The run's ledger in its controller directory (and the node's copy in the run directory on the master).
+LEDGER_FILE = "checkpoints.json"
+
+
+class CheckpointWatch:
+    """The watcher's side of the checkpoints, fed one scan at a time; knows nothing of how commands run.
+
+    After Megatron (or the smoke job) says a save is done, :attr:`wants_scan`: the caller runs :meth:`scan_argv`
+    in the master's container and gives the reply to :meth:`on_scan`, which judges the new saves (those already
+    judged are listed by name alone), prints one line per verdict, and, with ``keep_checkpoints``, asks
+    (:attr:`wants_apply`) to remove what retention lets go: :meth:`apply_argv` with :meth:`apply_input` on stdin,
+    whose reply goes to :meth:`on_apply`. :meth:`suffix` is the progress line's part, :meth:`result` the ledger."""
+
+    def __init__(self, plan: Mapping[str, Any], options: Mapping[str, Any], known: Sequence[Mapping] = ()) -> None:
+        self.plan = plan
+        self.enabled = bool(options.get("verify_checkpoints", True))
+        self.keep = int(options.get("keep_checkpoints") or 0)
+        self.keep_every = int(options.get("keep_every") or 0)
+        self.dry_run = bool(options.get("keep_dry_run"))
+        self.saves: list[dict[str, Any]] = [dict(s) for s in known]
+        self.removed: list[dict[str, Any]] = []
+        self.would_remove: list[dict[str, Any]] = []
+        self.disk: dict[str, Any] = {"level": "unknown", "line": ""}
+        self.tracker: str | None = None
+        self.wants_scan = False
+        self.wants_apply = False
+        self._remove: list[dict[str, Any]] = []
+        self.scan_error: str | None = None
+
+    def note_saved(self, iteration: int) -> None:
+        """Megatron's "successfully saved checkpoint" line: a scan is due."""
+        self.wants_scan = self.enabled
+
+    def scan_argv(self) -> list[str]:
+        final = sorted(s["iteration"] for s in self.saves if s["verdict"] in (VERIFIED, BAD))
+        script = f"{self.plan['run_dir']}/checkpoint_scan.py"
+        return ["python3", script, "scan", self.plan["checkpoint_dir"], "--skip", ",".join(map(str, final))]
+
+    def on_scan(self, reply: Mapping[str, Any], wall: float, running: bool = True) -> list[str]:
+        self.wants_scan = False
+        if reply.get("unreachable") or reply.get("failed"):
+            self.scan_error = (reply.get("msg") or reply.get("stderr") or "no answer").strip()[:300]
+            return [f"checkpoint   the scan of {self.plan['checkpoint_dir']} failed: {self.scan_error}"]
+
+        listing = json.loads(reply.get("stdout") or "{}")
+        self.tracker = listing.get("tracker")
+        before = {s["name"]: s["verdict"] for s in self.saves}
+        judged = judge(listing, self.plan, running=running, known=self.saves)
+        lines = []
+        for entry in judged:
+            if before.get(entry["name"]) in (VERIFIED, BAD) or entry["verdict"] == PENDING:
+                continue
+            entry["judged_at"] = round(wall, 1)
+            after = f" ({wall - entry['mtime']:.1f} s after it was written)" if entry.get("mtime") else ""
+            if entry["verdict"] == VERIFIED:
+                lines.append(
+                    f"checkpoint   iteration {entry['iteration']} verified: {_mib(entry['bytes'])}, "
+                    f"{entry['files']} files{after}"
+                )
+            else:
+                lines.append(
+                    f"[WARNING] checkpoint iteration {entry['iteration']} is not to be trusted: "
+                    f"{'; '.join(entry['reasons'])} (no resume will use it; it is kept)"
+                )
+        self.saves = judged
+        disk_now = disk(listing.get("free_bytes"), self.plan.get("checkpoint_bytes"), self.plan["checkpoint_dir"])
+        if disk_now["level"] in ("warn", "refuse") and disk_now["level"] != self.disk["level"]:
+            lines.append(f"[WARNING] checkpoint disk: {disk_now['line']}")
+        self.disk = disk_now
+        lines += self._retention()
+        return lines
+
+    def _retention(self) -> list[str]:
+        if not self.keep:
+            return []
+        plan = retention(self.saves, self.keep, self.keep_every, self.tracker)
+        if self.dry_run:
+            new = [s for s in plan["delete"] if s not in self.would_remove]
+            self.would_remove += new
+            return [
+                f"checkpoint   keep_dry_run: keep_checkpoints={self.keep} would remove iteration {s['iteration']} "
+                f"({_mib(s['bytes'])} freed)"
+                for s in new
+            ]
+        self._remove = plan["delete"]
+        self.wants_apply = bool(self._remove)
+        return []
+
+    def apply_argv(self) -> list[str]:
+        return ["python3", f"{self.plan['run_dir']}/checkpoint_scan.py", "apply", self.plan["checkpoint_dir"]]
+
+    def apply_input(self) -> dict[str, Any]:
+        return {
+            "remove": [s["name"] for s in self._remove],
+            "ledger": self.result(),
+            "ledger_path": f"{self.plan['run_dir']}/{LEDGER_FILE}",
+        }
+
+    def on_apply(self, reply: Mapping[str, Any], wall: float) -> list[str]:
+        self.wants_apply = False
+        if reply.get("unreachable") or reply.get("failed"):
+            why = (reply.get("msg") or reply.get("stderr") or "no answer").strip()[:300]
+            return [f"checkpoint   retention could not remove saves: {why}"]
+
+        gone = set(json.loads(reply.get("stdout") or "{}").get("removed") or [])
+        lines = []
+        for save in self._remove:
+            if save["name"] in gone:
+                self.removed.append(dict(save, removed_at=round(wall, 1)))
+                lines.append(
+                    f"checkpoint   removed iteration {save['iteration']} (keep_checkpoints={self.keep}): "
+                    f"{_mib(save['bytes'])} freed"
+                )
+        self.saves = [s for s in self.saves if s["name"] not in gone]
+        self._remove = []
+        return lines
+
+    def suffix(self, wall: float) -> str:
+        """``ckpt 10 verified 12 s ago`` (and the disk's warning) for the progress line; empty before any save."""
+        last = newest_verified(self.saves)
+        parts = []
+        if last is not None:
+            age = wall - (last.get("mtime") or wall)
+            parts.append(f"ckpt {last['iteration']} verified {age:.0f} s ago")
+        if self.disk["level"] in ("warn", "refuse"):
+            parts.append("ckpt disk " + ("full" if self.disk["level"] == "refuse" else "low"))
+        return ", ".join(parts)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "saves": self.saves,
+            "removed": self.removed,
+            "would_remove": self.would_remove,
+            "disk": self.disk,
+            "tracker": self.tracker,
+            "scan_error": self.scan_error,
+        }

@@ -216,6 +216,15 @@ OPTIONS: dict[str, Option] = {
         _o("incident_window_days", "float", "The days over which a node's incidents count.", ("train", "incidents"),
            14.0,
            minimum=0.0, above=True, docs="docs/incidents.md"),
+        # --- train.yml's checkpoints ------------------------------------------------------------------------------
+        _o("verify_checkpoints", "bool", "Verify every save and resume only from a verified one (false: trust the "
+           "tracker file).", ("train",), True, docs="docs/checkpoints.md"),
+        _o("keep_checkpoints", "int", "Keep the newest N verified saves, removing older ones while the run goes on "
+           "(0: keep all).", ("train",), 0, minimum=0, docs="docs/checkpoints.md"),
+        _o("keep_every", "int", "With keep_checkpoints: also keep every save whose iteration is a multiple of M.",
+           ("train",), 0, minimum=0, docs="docs/checkpoints.md"),
+        _o("keep_dry_run", "bool", "With keep_checkpoints: only say what would be removed and freed.", ("train",),
+           False, docs="docs/checkpoints.md"),
         _o("stop_grace", "int", "Seconds between SIGTERM and SIGKILL when a run is stopped.", ("train", "stop"), 30,
            minimum=0, docs="docs/train.md", extra={"slurm_default": 20}),
         # --- the launcher -----------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from . import hang, straggler
+from .checkpoints import CheckpointWatch
 from .cluster import node_ranks, ranks_of
 from .errors import PlanError
 from .kinds import KINDS
@@ -37,7 +38,7 @@ from .run_report import progress_line
 NAMES = (
     "train_wait", "poll_interval", "progress_interval", "start_timeout", "wait", "fresh", "hang_timeout", "on_hang",
     "straggler_ratio", "max_restarts", "elastic", "min_nodes", "incident_limit", "incident_window_days",
-    "health", "exclude_nodes", "use_nodes",
+    "health", "exclude_nodes", "use_nodes", "verify_checkpoints", "keep_checkpoints", "keep_every", "keep_dry_run",
 )  # fmt: skip
 
 
@@ -183,6 +184,29 @@ class WatchRequest:
         "O(restart_mark).",
         None,
     )
+    verify_checkpoints: bool = _arg(
+        "bool",
+        "After each save Megatron reports, scan the checkpoint directory on the master "
+        "(C(<run_dir>/checkpoint_scan.py)) "
+        "and judge the new save (docs/checkpoints.md).",
+        None,
+        option="verify_checkpoints",
+    )
+    keep_checkpoints: int = _arg(
+        "int", "Keep the newest N verified saves and remove older ones (0 keeps all).", None, option="keep_checkpoints"
+    )
+    keep_every: int = _arg(
+        "int",
+        "With O(keep_checkpoints), also keep every save whose iteration is a multiple of M.",
+        None,
+        option="keep_every",
+    )
+    keep_dry_run: bool = _arg(
+        "bool", "With O(keep_checkpoints), only say what would be removed.", None, option="keep_dry_run"
+    )
+    known_checkpoints: list | None = _arg(
+        "list", "The verdicts an earlier attempt of the run gave (the saves it judged are not read again).", None
+    )
     restart_mark: bool = _arg(
         "bool",
         "The run has train.yml's restart mark (C(<run_dir>/restarting), C(-e max_restarts)); when stop.yml removes "
@@ -305,6 +329,7 @@ class Progress:
         self.first_iteration_s: float | None = None
         self.intervals: deque[float] = deque(maxlen=200)
         self.saving = False
+        self.saved: list[int] = []  # the saves Megatron said were done, not yet handed to the checkpoint watch
         self.reports: deque[dict[str, Any]] = deque(maxlen=RECENT_REPORTS)
         self.node_of = node_ranks(plan)
         # -1: the probe starts at the last 256 KiB's first whole line (a run already going, status.yml)
@@ -316,8 +341,10 @@ class Progress:
         for stream, section in header["rank0"].items():
             self.offsets[stream] = section["start"] + section["bytes"]
             lines = section["text"].splitlines()
-            for kind, _ in hang.checkpoint_events(lines):
+            for kind, iteration in hang.checkpoint_events(lines):
                 self.saving = kind == "start"
+                if kind == "done":
+                    self.saved.append(iteration)
             self.reports.extend(straggler.reports_from_lines(lines))
         if not header["bytes"]:
             return
@@ -420,6 +447,16 @@ class Watcher:
         self.started = started
         self.label = f"{self.plan['exp_name']} / {self.plan['run_id']}"
         self.progress = Progress(self.plan, started, tail=request.tail)
+        self.checkpoints = CheckpointWatch(
+            self.plan,
+            {
+                "verify_checkpoints": request.verify_checkpoints is not False and not request.tail,
+                "keep_checkpoints": request.keep_checkpoints,
+                "keep_every": request.keep_every,
+                "keep_dry_run": request.keep_dry_run,
+            },
+            request.known_checkpoints or (),
+        )
         self.outcome: dict[str, Any] = {"state": "running"}
         self.finding: dict[str, Any] | None = None
         self.nodes: dict[str, tuple[str, str]] = {}
@@ -429,6 +466,7 @@ class Watcher:
         self._last_printed: dict[str, Any] | None = None
         self._stalled = 0.0
         self._now = started
+        self.wall = 0.0  # the wall clock of the last probe (a save's age is by the clock of its files)
 
     def probe_argv(self) -> list[str]:
         offsets = self.progress.offsets
@@ -463,11 +501,14 @@ class Watcher:
         self.nodes, header, text = parse_probe(reply.get("stdout", ""))
         progress = self.progress
         progress.feed(header, text, now, self.started)
+        for iteration in progress.saved:
+            self.checkpoints.note_saved(iteration)
+        progress.saved.clear()
         printed: list[str] = []
         elapsed = now - self.started
         due = self._printed_at is None or elapsed - self._printed_at >= self.request.progress_interval
         if progress.last is not None and progress.last is not self._last_printed and due:
-            printed.append(f"{self.label}: {progress.line(self.request.straggler_ratio)}")
+            printed.append(f"{self.label}: {self._line()}")
             self._printed_at, self._last_printed = elapsed, progress.last
         self.outcome = judge_nodes(self.plan, self.nodes, self._unreachable, elapsed, self.request.start_timeout)
         if self.outcome["state"] != "running":
@@ -521,12 +562,18 @@ class Watcher:
             progress.progress_at = now  # the next warning only after another full limit
         return printed
 
+    def _line(self) -> str:
+        """The progress line, with the last verified save and its age (and a disk that fills)."""
+        text = self.progress.line(self.request.straggler_ratio)
+        saved = self.checkpoints.suffix(self.wall)
+        return f"{text} | {saved}" if saved else text
+
     def finish(self) -> list[str]:
         """The last progress line, when the last iteration was not printed yet."""
         last = self.progress.last
         if last is not None and last is not self._last_printed:
             self._last_printed = last
-            return [f"{self.label}: {self.progress.line(self.request.straggler_ratio)}"]
+            return [f"{self.label}: {self._line()}"]
         return []
 
     def result(self, now: float) -> dict[str, Any]:
@@ -546,4 +593,5 @@ class Watcher:
         )
         if outcome.get("node"):
             outcome["ranks"] = ranks_of(self.plan, outcome["node"])
+        outcome["checkpoints"] = self.checkpoints.result()
         return outcome
