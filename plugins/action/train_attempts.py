@@ -29,12 +29,12 @@ from trainops.straggler import DEFAULT_RATIO  # noqa: E402
 
 display = Display()
 
-STEPS = ("begin", "end", "amend", "judge", "replanned", "prepare", "result")
+STEPS = ("begin", "end", "amend", "judge", "replanned", "resume", "prepare", "result")
 ARGUMENT_SPEC = {
     "step": {
         "type": "str",
         "required": True,
-        "choices": ["begin", "end", "amend", "judge", "replanned", "prepare", "result"],
+        "choices": list(STEPS),
     },
     "run_dir": {"type": "path", "required": True},
     "plan": {"type": "dict"},
@@ -48,6 +48,8 @@ ARGUMENT_SPEC = {
     "unhealthy": {"type": "dict", "default": {}},
     "refused": {"type": "str"},
     "restarting": {"type": "bool"},
+    "checked_saves": {"type": "list", "elements": "dict", "default": []},
+    "choice": {"type": "dict"},
 }
 
 
@@ -63,7 +65,9 @@ class ActionModule(ActionBase):
         step = args["step"]
         try:
             if step == "begin":
-                view = attempts.begin(args["plan"], args["resumes_from"], time.time(), float(args["run_started"]))
+                view = attempts.begin(
+                    args["plan"], args["resumes_from"], time.time(), float(args["run_started"]), args["checked_saves"]
+                )
             elif step == "end":
                 fanout, watch = self._master_results(attempts.current["plan"]["master"], args, task_vars)
                 view = attempts.end(fanout, watch, time.time())
@@ -84,15 +88,17 @@ class ActionModule(ActionBase):
                 view = attempts.judge(options, summary, marks, answering, reach, args["unhealthy"])
             elif step == "replanned":
                 view = attempts.replanned(args["plan"], args["refused"])
+            elif step == "resume":
+                view = attempts.resume(args["choice"] or {})
             elif step == "prepare":
                 view = attempts.prepare(bool(args["restarting"]))
             else:
                 view = attempts.view()
         except (AttemptError, PlanError, ValueError, LogPathError, OSError) as exc:
             raise AnsibleActionFail(f"train_attempts {step}: {exc}") from exc
-        if step in ("judge", "replanned") and view.get("message"):
+        if step in ("judge", "replanned", "resume") and view.get("message"):
             display.display(view["message"])
-        result.update(changed=step in ("judge", "prepare"), attempt=view)
+        result.update(changed=step in ("judge", "resume", "prepare"), attempt=view)
         return result
 
     @staticmethod

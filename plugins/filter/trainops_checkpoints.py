@@ -16,11 +16,18 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from trainops import checkpoints  # noqa: E402
 
 
-def resume_choice(scan: Mapping[str, Any], plan: Mapping[str, Any], verify: bool, node: str) -> dict[str, Any]:
+def resume_choice(
+    scan: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    verify: bool,
+    node: str,
+    failed_loads: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The registered result of ``checkpoint_scan.py scan`` on the master as the run's resume point.
 
     ``{"resume": "N" | "", "set_aside": [names], "tracker": "N" | None, "lines": [...], "refused": text | "",
-    "saves": [verdicts]}``. ``verify`` false trusts the tracker as it is (-e verify_checkpoints=false)."""
+    "saves": [verdicts]}``. ``verify`` false trusts the tracker as it is (-e verify_checkpoints=false).
+    ``failed_loads``: the saves an attempt of this run failed to resume from (iteration -> why), never chosen."""
     directory = plan["checkpoint_dir"]
     try:
         listing = json.loads(scan.get("stdout") or "")
@@ -34,7 +41,7 @@ def resume_choice(scan: Mapping[str, Any], plan: Mapping[str, Any], verify: bool
         tracker = checkpoints.tracker_value(listing.get("tracker"))
         return {"resume": "" if tracker is None else str(tracker), "set_aside": [], "tracker": None,
                 "lines": [], "refused": "", "saves": []}  # fmt: skip
-    saves = checkpoints.judge(listing, plan, running=False)
+    saves = checkpoints.judge(listing, plan, running=False, failed_loads=failed_loads)
     choice = checkpoints.choose(saves, listing.get("tracker"))
     refused = ""
     if choice.get("refused"):

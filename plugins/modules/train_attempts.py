@@ -20,6 +20,8 @@ description:
     O(reach_result)), decides the next step, C(end), C(relaunch) or C(replan), and prints it.
   - C(replanned) keeps the re-plan on the nodes that remain, or ends the run when it was O(refused); it prints
     what comes next.
+  - C(resume) keeps the save the next attempt resumes from, the scan's O(choice) (the newest verified save that
+    no attempt of the run failed to load), or ends the run when it was refused (no save can be trusted).
   - C(prepare) ends the restarts when stop.yml removed the restart mark (O(restarting=false)), else sets the
     attempt's collected files aside into C(attempt-<k>/).
   - C(result) returns the last attempt for the report.
@@ -30,7 +32,7 @@ options:
     description: The step.
     type: str
     required: true
-    choices: [begin, end, amend, judge, replanned, prepare, result]
+    choices: [begin, end, amend, judge, replanned, resume, prepare, result]
   run_dir:
     description: Controller directory of the run (C(runs/<exp>/<run_id>)).
     type: path
@@ -77,6 +79,16 @@ options:
   restarting:
     description: C(prepare), whether the restart mark is still there.
     type: bool
+  checked_saves:
+    description: C(begin) of the first attempt, the verdicts of the scan before the launch (the watcher does not
+      read those saves again).
+    type: list
+    elements: dict
+    default: []
+  choice:
+    description: C(resume), the result of the C(trainops_resume_choice) filter on the next master's scan
+      (C(resume), C(refused), C(lines), C(saves)).
+    type: dict
 notes:
   - Run it on the controller with C(run_once), so that every node of the play sees the result.
 """
@@ -95,5 +107,7 @@ attempt:
     next: {description: "end, relaunch or replan.", type: str}
     lost: {description: "The nodes it lost, each with why.", type: dict}
     message: {description: "The line to print after a judged attempt.", type: str}
+    checked_saves: {description: "The verdicts of the scan before this attempt's launch.", type: list}
+    failed_loads: {description: "The saves an attempt of the run failed to resume from (iteration -> why).", type: dict}
     next_plan: {description: "The next attempt's plan (the re-plan, or the same plan), when one follows.", type: dict}
 """

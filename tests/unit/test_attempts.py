@@ -201,3 +201,60 @@ def test_a_new_train_yml_run_under_the_same_run_id_starts_afresh_keeping_the_old
     assert (again["number"], again["resumes_from"], again["outcome"]) == (1, 30, None)
     kept = json.loads((tmp_path / "attempts-1000.json").read_text())
     assert kept["current"]["outcome"] == {"state": "finished"} and kept["run_started"] == 1000.0
+
+
+def _failed_attempt_that_resumed_from(tmp_path, summary, marks):
+    """Attempt 1 killed after save 10; attempt 2 resumes from the scan's choice, 10, and fails as ``summary``
+    says."""
+    attempts = Attempts(str(tmp_path))
+    attempts.begin(_plan(), "", now=0.0, run_started=1.0)
+    attempts.end(FANOUT_OK, _exited(), now=10.0)
+    attempts.judge(OPTIONS, _summary(), {"checkpoint": "10", "restarting": True}, NAMES, {})
+    chosen = {"resume": "10", "refused": "", "lines": [], "saves": [{"name": "iter_0000010", "verdict": "verified"}]}
+    resumed = attempts.resume(chosen)
+    assert resumed["message"] == "resume       attempt 2 resumes from iteration 10's save (verified)"
+    attempts.prepare(restarting=True)
+    second = attempts.begin(_plan(), "", now=20.0, run_started=1.0)
+    assert second["resumes_from"] == 10 and second["checked_saves"] == chosen["saves"]
+    attempts.end(FANOUT_OK, _exited(), now=30.0)
+    return attempts.judge(OPTIONS, summary, marks, NAMES, {})
+
+
+def test_a_save_an_attempt_could_not_load_is_never_chosen_again_and_the_next_attempt_falls_back(tmp_path):
+    """Attempt 2 resumed from save 10 and failed before any rank said it loaded it: the save is blamed (kept in
+    failed_loads, which the next scan's judgement sets aside), and attempt 3 begins from the scan's next choice,
+    save 5, although attempt 2 failed before its first iteration."""
+    no_load = {"last_iteration": None, "checkpoints": {"loaded": []},
+               "failure": {"kind": "traceback", "node": "node1", "rank": 0, "exception": "RuntimeError"},
+               "failure_text": "node1 rank 0: RuntimeError: PytorchStreamReader failed"}  # fmt: skip
+    judged = _failed_attempt_that_resumed_from(tmp_path, no_load, {"checkpoint": "10", "restarting": True})
+    assert judged["next"] == "relaunch"
+    assert judged["failed_loads"]["10"].startswith("did not load iteration 10's save")
+    assert judged["message"].endswith("starting attempt 3 from the verified save before iteration 10")
+    record = json.loads((tmp_path / "attempt-2" / "attempt.json").read_text())
+    assert record["save_failure"] == judged["failed_loads"]["10"]
+    fallback = {
+        "resume": "5",
+        "refused": "",
+        "saves": [],
+        "lines": ["checkpoint   iteration 10 set aside (not resumed from): an attempt could not resume from it (...)"],
+    }
+    said = _reread(tmp_path).resume(fallback)["message"].splitlines()
+    assert said[0].startswith("checkpoint   iteration 10 set aside") and said[-1].endswith(
+        "from iteration 5's save (the tracker's, not checked: -e verify_checkpoints=false)"
+    )
+    _reread(tmp_path).prepare(restarting=True)
+    third = _reread(tmp_path).begin(_plan(), "", now=40.0, run_started=1.0)
+    assert third["number"] == 3 and third["resumes_from"] == 5
+    assert third["plan"]["resume"]["iteration"] == 5
+
+
+def test_no_save_left_to_trust_ends_the_run_with_the_reasons(tmp_path):
+    judged = _failed_attempt_that_resumed_from(tmp_path, _summary(last=17), {"checkpoint": "15", "restarting": True})
+    assert judged["next"] == "relaunch" and judged["failed_loads"] == {}
+    refused = {"resume": "", "refused": "node1: not one checkpoint in /x can be resumed from (...)", "lines": []}
+    ended = _reread(tmp_path).resume(refused)
+    assert ended["next"] == "end" and ended["decision"]["reason"].startswith("no save to resume from: node1: not one")
+    assert ended["message"].startswith("attempt 3 is not started: no save to resume from")
+    with pytest.raises(AttemptError, match="is not followed by another"):
+        _reread(tmp_path).resume(refused)

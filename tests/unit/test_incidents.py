@@ -26,6 +26,14 @@ def test_a_runs_incidents_name_each_attempts_culprit_and_each_lost_node():
     assert all(i["counts"] for i in found)  # a hang, a SIGKILL, a lost node
 
 
+def test_an_attempt_that_failed_on_its_save_implicates_no_node():
+    """Attempt 2 could not load the save it resumed from: the save is set aside, and its node gets no incident."""
+    spoiled = _attempt(2, cause="node2 rank 2 (local rank 0): CheckpointException",
+                       save_failure="did not load iteration 10's save")  # fmt: skip
+    found = incidents.from_run("exp/r1", [_attempt(1), spoiled], {"state": "finished"}, nodes_lost=[])
+    assert [(i["attempt"], i["node"]) for i in found] == [(1, "node2")]
+
+
 def test_a_run_without_restarts_records_the_reports_failure():
     summary = {"state": "failed", "failure": {"node": "node2", "rank": 3, "message": "boom"},
                "failure_text": "node2 rank 3 (local rank 1): boom", "incident": {"kind": "exited"}}  # fmt: skip

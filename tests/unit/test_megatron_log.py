@@ -1226,6 +1226,10 @@ def test_a_real_testbed_log_resumed_from_a_checkpoint():
     assert s["losses"]["lm loss"] == {"first": 8.329462, "first_iteration": 11, "last": 8.310482, "last_iteration": 30}
     directory = "/data/mtt-train-ops/checkpoints/megatron-elastic"
     assert s["checkpoints"]["loaded"] == [{"iteration": 10, "dir": directory}]
-    assert s["checkpoints"]["saved"] == [{"iteration": 20, "dir": directory}, {"iteration": 30, "dir": directory}]
+    # each save with the stall Megatron's save-checkpoint timer logged right after it (the slowest rank)
+    assert s["checkpoints"]["saved"] == [
+        {"iteration": 20, "dir": directory, "stall_ms": 2387.4},
+        {"iteration": 30, "dir": directory, "stall_ms": 237.04},
+    ]
     assert (s["checkpoints"]["save_ms"]["count"], s["checkpoints"]["save_ms"]["max"]) == (2, 2387.4)
     assert s["failure"] is None and log.failures == []

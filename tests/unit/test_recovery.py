@@ -84,6 +84,7 @@ def test_attempt_record_from_the_watchers_outcome_and_the_logs_summary():
         "rank": None, "cause": "torchrun exited 1", "seen_first": "torchrun exited 1", "failure_kind": "oom",
         "exception": "RuntimeError",
         "resumed_from": 10, "last_iteration": 17, "checkpoint_at_end": 15, "first_iteration_at": 112.5,
+        "save_failure": None,
     }  # fmt: skip
 
 
@@ -161,3 +162,55 @@ def test_a_checkpoint_proves_the_iterations_before_it_when_no_log_line_was_read(
     outcome = {"state": "failed", "kind": "exited", "node": "node1", "last_iteration": None}
     record = recovery.attempt_record(1, 0.0, 60.0, outcome, {"last_iteration": None}, None, 30)
     assert record["last_iteration"] == 30
+
+
+KILLED = {"state": "failed", "kind": "exited", "node": "node1", "reason": "torchrun on node1 exited with status 1"}
+
+
+def test_a_save_that_did_not_load_is_blamed_and_the_next_attempt_falls_back_before_it():
+    """Resumed from 10, no rank said it loaded it, and no iteration came: the save is to blame, and the attempt is
+    retried from the save before although it failed before its first iteration."""
+    summary = {"last_iteration": None, "checkpoints": {"loaded": []}, "failure_text": "node1 rank 0: RuntimeError"}
+    why = recovery.save_failure(KILLED, summary, 10)
+    assert why.startswith("did not load iteration 10's save (no rank said it loaded it") and "RuntimeError" in why
+    first = _attempt(1, checkpoint_at_end=10)
+    second = dict(_attempt(2, resumed_from=10, checkpoint_at_end=10, last_iteration=10), save_failure=why)
+    decision = recovery.retry_decision([first, second], max_restarts=3)
+    assert decision["retry"] and decision["fallback"] == 10
+    assert "falls back to the verified save before" in decision["reason"]
+    # loaded, and trained past it: not the save's fault
+    loaded = {"last_iteration": 14, "checkpoints": {"loaded": [{"iteration": 10}]}}
+    assert recovery.save_failure(KILLED, loaded, 10) is None
+    # a lost node says nothing of the save
+    assert recovery.save_failure(dict(KILLED, kind="lost"), summary, 10) is None
+    assert recovery.save_failure(KILLED, summary, None) is None
+
+
+def test_a_nan_just_after_the_resume_blames_the_save_and_a_late_one_does_not():
+    early = {"last_iteration": 12, "checkpoints": {"loaded": [{"iteration": 10}]},
+             "first_nan": {"iteration": 11, "message": "iteration 11: lm loss not finite"}}  # fmt: skip
+    why = recovery.save_failure(KILLED, early, 10)
+    assert "went NaN within 10 iterations of resuming from iteration 10's save" in why
+    late = dict(early, last_iteration=40, first_nan={"iteration": 35, "message": "iteration 35: lm loss not finite"})
+    assert recovery.save_failure(KILLED, late, 10) is None
+
+
+def test_the_same_failure_on_the_save_before_ends_the_run():
+    first = _attempt(1, checkpoint_at_end=10)
+    second = dict(_attempt(2, resumed_from=10, last_iteration=10), save_failure="did not load iteration 10's save")
+    third = dict(_attempt(3, resumed_from=5, last_iteration=5), save_failure="did not load iteration 5's save")
+    decision = recovery.retry_decision([first, second, third], max_restarts=5)
+    assert not decision["retry"] and decision["reason"].startswith("attempts 2 and 3 failed the same way on two saves")
+    assert decision["reason"].endswith("the cause is not the save")
+    again = dict(third, resumed_from=10, save_failure="did not load iteration 10's save")
+    decision = recovery.retry_decision([first, second, again], max_restarts=5)
+    assert not decision["retry"] and "iteration 10's save failed twice" in decision["reason"]
+    # max_restarts still bounds the fall backs
+    assert not recovery.retry_decision([first, second], max_restarts=1)["retry"]
+
+
+def test_iterations_lost_count_from_the_save_the_next_attempt_resumed_from():
+    first = _attempt(1, started_at=0.0, ended_at=100.0, checkpoint_at_end=10, last_iteration=13)
+    second = _attempt(2, started_at=110.0, ended_at=200.0, state="finished", resumed_from=5, last_iteration=20,
+                      checkpoint_at_end=20)  # fmt: skip
+    assert recovery.goodput([first, second], 1.0)["iterations_lost"] == 8  # 13 - 5, not 13 - 10

@@ -7,11 +7,11 @@ one wrote and writes it back, so the playbook keeps no state of its own, and a s
 
 ::
 
-    begin ─> end [─> amend] ─(running, finished)─────────────────────────> (report)
-                        └─(failed)─> judge ─(end)───────────────────────> (report)
-                                       ├─(relaunch)─────────> prepare ─> begin
-                                       └─(replan)─> replanned ─> prepare ─> begin
-                                                      └─(refused)───────> (report)
+    begin ─> end [─> amend] ─(running, finished)────────────────────────────────────> (report)
+                        └─(failed)─> judge ─(end)──────────────────────────────────> (report)
+                                       ├─(relaunch)─────────> resume ─> prepare ─> begin
+                                       └─(replan)─> replanned ─> resume ─> prepare ─> begin
+                                                      └─(refused)  └─(refused)──> (report)
 
 * :meth:`Attempts.begin`: attempt k starts with a plan fixed for the whole attempt: the first plan, or the
   re-plan of the attempt before.
@@ -22,6 +22,9 @@ one wrote and writes it back, so the playbook keeps no state of its own, and a s
   (:func:`.recovery.retry_decision`): ``end``, ``relaunch`` or ``replan`` (``-e elastic``). The record goes to
   ``attempt-<k>/attempt.json``.
 * :meth:`Attempts.replanned`: the re-plan on the nodes that remain, or why it was refused (the run then ends).
+* :meth:`Attempts.resume`: the save the next attempt resumes from, chosen from a scan of the checkpoints after the
+  failed attempt's ranks are gone (:func:`.checkpoints.choose`: the newest verified save that no attempt failed to
+  load), or why none can be (the run then ends).
 * :meth:`Attempts.prepare`: just before the next launch, the restart mark read again (stop.yml ends the restarts),
   and the attempt's collected files set aside into ``attempt-<k>/``.
 * :meth:`Attempts.result`: what the report reads: the last attempt's outcome, plan and decision.
@@ -103,12 +106,24 @@ class Attempts:
             "next_plan": (self.state["next"] or current["plan"]) if step in ("relaunch", "replan") else None,
             "lost": current.get("lost") or {},
             "message": current.get("message"),
+            # the saves judged before this attempt's launch (the watcher does not read them again), and the saves
+            # an attempt of this run failed to resume from (iteration -> why: the next scan sets them aside)
+            "checked_saves": current.get("checked_saves") or [],
+            "failed_loads": self.state.get("failed_loads") or {},
         }
 
     # --- the steps -------------------------------------------------------------------------------------------
-    def begin(self, plan: Mapping[str, Any], resumes_from: Any, now: float, run_started: float) -> dict[str, Any]:
-        """Attempt k begins. The first takes ``plan`` and ``resumes_from`` (the checkpoint tracker's text the
-        check play read); a later one the re-plan, or the plan, of the attempt before and its last checkpoint.
+    def begin(
+        self,
+        plan: Mapping[str, Any],
+        resumes_from: Any,
+        now: float,
+        run_started: float,
+        checked_saves: Sequence[Mapping[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """Attempt k begins. The first takes ``plan``, ``resumes_from`` (the save train.yml's check chose, as the
+        tracker's text) and ``checked_saves`` (that scan's verdicts); a later one the re-plan, or the plan, of the
+        attempt before and the save :meth:`resume` chose (the tracker's save when none was chosen).
 
         ``run_started`` names the train.yml run: a state left by another run under the same run id (``-e
         run_id``) is kept as ``attempts-<its start>.json`` and this run starts afresh."""
@@ -123,12 +138,24 @@ class Attempts:
         if before is not None and before.get("next_step") not in ("relaunch", "replan"):
             raise AttemptError(f"attempt {before['number']} was not followed by another")
         if before is None:
-            number, resumes = 1, tracker_iteration(resumes_from)
+            number, resumes, saves = 1, tracker_iteration(resumes_from), list(checked_saves)
         else:
             number, plan = before["number"] + 1, self.state["next"] or before["plan"]
-            resumes = self.state["records"][-1]["checkpoint_at_end"]
-        self.state["current"] = {"number": number, "plan": dict(plan), "resumes_from": resumes, "started_at": now}
+            chosen = self.state.get("resume_next")
+            if chosen is None:  # no scan chose (a playbook that skipped it): what the failed attempt left
+                resumes, saves = self.state["records"][-1]["checkpoint_at_end"], []
+            else:
+                resumes, saves = chosen["iteration"], chosen["saves"]
+            plan = with_resume(plan, resumes)
+        self.state["current"] = {
+            "number": number,
+            "plan": dict(plan),
+            "resumes_from": resumes,
+            "started_at": now,
+            "checked_saves": saves,
+        }
         self.state["next"] = None
+        self.state["resume_next"] = None
         self._save()
         return self.view()
 
@@ -179,7 +206,10 @@ class Attempts:
             tracker_iteration(marks.get("checkpoint")),
         )
         self.state["records"].append(record)
-        suspect = incidents.suspect(record)
+        if record.get("save_failure"):
+            self.state.setdefault("failed_loads", {})[str(record["resumed_from"])] = record["save_failure"]
+        # a save that failed to load is no node's fault: no node is isolated for it
+        suspect = None if record.get("save_failure") else incidents.suspect(record)
         in_plan = [n["name"] for n in plan["nodes"]]
         if suspect and options.get("elastic") and record["node"] in in_plan and record["node"] not in lost:
             # a hang's culprit, or a device error: the next attempt goes on without that node (isolate first)
@@ -226,6 +256,31 @@ class Attempts:
         self._save()
         return self.view()
 
+    def resume(self, choice: Mapping[str, Any]) -> dict[str, Any]:
+        """The save the next attempt resumes from: ``choice`` is the scan's (``trainops_resume_choice``: ``resume``
+        as the iteration's text, '' for none; ``refused`` when saves exist and none can be trusted; ``lines``; the
+        verdicts as ``saves``). A refusal ends the run with its reason; a save that an attempt failed to load is
+        never chosen (the scan is judged with :attr:`failed_loads`)."""
+        current = self.current
+        if current.get("next_step") not in ("relaunch", "replan"):
+            raise AttemptError(f"attempt {current['number']} is not followed by another")
+        lines = list(choice.get("lines") or [])
+        if choice.get("refused"):
+            current["decision"] = {"retry": False, "reason": f"no save to resume from: {choice['refused']}"}
+            current["next_step"] = "end"
+            self.state["next"] = None
+            lines.append(f"attempt {current['number'] + 1} is not started: {current['decision']['reason']}")
+        else:
+            text = str(choice.get("resume") or "").strip()
+            iteration = int(text) if text else None
+            self.state["resume_next"] = {"iteration": iteration, "saves": list(choice.get("saves") or [])}
+            checked = "verified" if choice.get("saves") else "the tracker's, not checked: -e verify_checkpoints=false"
+            start = "a fresh start (no save)" if iteration is None else f"iteration {iteration}'s save ({checked})"
+            lines.append(f"resume       attempt {current['number'] + 1} resumes from {start}")
+        current["message"] = "\n".join(lines)
+        self._save()
+        return self.view()
+
     def prepare(self, restarting: bool) -> dict[str, Any]:
         """Just before the next launch: end the restarts when stop.yml removed the restart mark meanwhile, else
         set the attempt's collected files aside into ``attempt-<k>/``. ``next`` says whether to begin again."""
@@ -253,5 +308,7 @@ class Attempts:
         if decision["retry"]:
             mark = self.state["records"][-1]["checkpoint_at_end"]
             start = f"checkpoint {mark}" if mark is not None else "the start"
+            if decision.get("fallback") is not None:
+                start = f"the verified save before iteration {decision['fallback']}"
             text += f"; starting attempt {current['number'] + 1} from {start}"
         current["message"] = text

@@ -109,6 +109,8 @@ def from_run(
     for record in records:
         if record.get("state") != "failed" or not record.get("node") or record.get("kind") not in NODE_FAULTS:
             continue
+        if record.get("save_failure"):
+            continue  # the save it resumed from is to blame (trainops.recovery.save_failure), not a node
         kind = {"hang": "hang", "lost": "lost", "node_fail": "lost"}.get(record["kind"], "dead_rank")
         # the attempt's record (attempt-<k>/attempt.json) and, once set aside, its logs and hang evidence
         evidence = f"{run}/attempt-{record['attempt']}" if attempts else run

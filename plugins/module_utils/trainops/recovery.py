@@ -29,6 +29,37 @@ _NEVER_RETRIED_EXCEPTION = re.compile(r"\b(FileNotFoundError|ModuleNotFoundError
 RETRIED_OUTCOMES = kinds.RESTARTED
 
 
+#: A NaN this many iterations or fewer after the resume blames the save resumed from.
+NAN_AFTER_RESUME = 10
+#: Outcomes that say nothing of the save resumed from: a node lost, Slurm's limit or cancel, stop.yml.
+_NOT_THE_SAVE = ("lost", "timeout", "cancelled", "node_fail", "stopped")
+
+
+def save_failure(outcome: Mapping[str, Any], summary: Mapping[str, Any] | None, resumed_from: int | None) -> str | None:
+    """Why the save an attempt resumed from is to blame for its failure, or None: the attempt did not load it (no
+    rank said ``successfully loaded checkpoint ... at iteration N`` and no iteration came after it), or went NaN
+    within :data:`NAN_AFTER_RESUME` iterations of it. A save the scan verified can still hold bytes that load into
+    garbage or not at all; the next attempt then falls back to the save before."""
+    if resumed_from is None or outcome.get("state") != "failed" or outcome.get("kind") in _NOT_THE_SAVE:
+        return None
+    summary = summary or {}
+    last = summary.get("last_iteration")
+    loaded = {entry.get("iteration") for entry in (summary.get("checkpoints") or {}).get("loaded") or []}
+    if resumed_from not in loaded and (last is None or last <= resumed_from):
+        return (
+            f"did not load iteration {resumed_from}'s save (no rank said it loaded it, and no iteration came after "
+            f"it): {summary.get('failure_text') or outcome.get('reason') or 'no error named'}"
+        )
+    nan = summary.get("first_nan")
+    seen = nan and (nan.get("iteration") if nan.get("iteration") is not None else last)
+    if nan and (seen is None or seen <= resumed_from + NAN_AFTER_RESUME):
+        return (
+            f"went NaN within {NAN_AFTER_RESUME} iterations of resuming from iteration {resumed_from}'s save "
+            f"({nan.get('message')})"
+        )
+    return None
+
+
 def attempt_record(
     attempt: int,
     started_at: float,
@@ -72,6 +103,7 @@ def attempt_record(
         "last_iteration": last,
         "checkpoint_at_end": checkpoint_at_end,
         "first_iteration_at": None if first_s is None else round(started_at + float(first_s), 1),
+        "save_failure": save_failure(outcome, summary, resumed_from),
     }
 
 
@@ -86,7 +118,11 @@ def retry_decision(
 ) -> dict:
     """``{"retry": bool, "reason": str}`` after the last of ``attempts`` ended; ``lost``: the plan's nodes that
     cannot take part in another attempt (node -> why); with ``elastic`` the next attempt is re-planned on the
-    ``plan_nodes - len(lost)`` nodes that remain, when they are at least ``min_nodes``."""
+    ``plan_nodes - len(lost)`` nodes that remain, when they are at least ``min_nodes``.
+
+    An attempt whose record blames the save it resumed from (``save_failure``: it did not load, or went NaN just
+    after the resume) is retried from the save before it, although it failed before its first iteration; when the
+    attempt before failed the same way on another save, the cause is not the save and the run ends."""
     last = attempts[-1]
     k = last["attempt"]
     if last["state"] != "failed":
@@ -111,6 +147,26 @@ def retry_decision(
             "reason": f"{named}. The run cannot go on without {', '.join(lost)}: bring it back and run train.yml "
             "again (it resumes from the last checkpoint), or re-plan on the nodes that remain (-e elastic=true)",
         }
+    if last.get("save_failure"):
+        before = attempts[-2] if len(attempts) >= 2 else {}
+        if before.get("save_failure") and before.get("resumed_from") == last.get("resumed_from"):
+            return {
+                "retry": False,
+                "reason": f"iteration {last['resumed_from']}'s save failed twice ({last['save_failure']}): "
+                "no more attempts on it (-e verify_checkpoints=false does not set a save aside)",
+            }
+        if before.get("save_failure"):
+            return {
+                "retry": False,
+                "reason": f"attempts {k - 1} and {k} failed the same way on two saves (iteration "
+                f"{before['resumed_from']}: {before['save_failure']}; iteration {last['resumed_from']}: "
+                f"{last['save_failure']}): the cause is not the save",
+            }
+        reason = (
+            f"attempt {k} {last['save_failure']}; that save is set aside and the next attempt falls back to the "
+            f"verified save before it (restart {len(attempts)} of {max_restarts})"
+        )
+        return {"retry": True, "reason": reason, "replan": bool(lost), "fallback": last["resumed_from"]}
     if last["kind"] not in RETRIED_OUTCOMES:
         return {"retry": False, "reason": f"attempt {k} failed ({last['kind'] or 'unknown'}): not one a restart cures"}
     if last["last_iteration"] is None or (
@@ -185,7 +241,8 @@ def goodput(attempts: Sequence[Mapping[str, Any]], seconds_per_iteration: float 
     lost = 0
     recover = []
     for before, after in zip(attempts, attempts[1:], strict=False):
-        kept = before.get("checkpoint_at_end")
+        # the work after the save the next attempt resumed from is lost (a fall back to an older save loses more)
+        kept = after.get("resumed_from") if after.get("resumed_from") is not None else before.get("checkpoint_at_end")
         if before.get("last_iteration") is not None:
             lost += max(0, before["last_iteration"] - (kept if kept is not None else 0))
         if after.get("first_iteration_at") is not None:
@@ -273,6 +330,8 @@ def attempts_table(attempts: Sequence[Mapping[str, Any]], recovery: Mapping[str,
         ending = a.get("state") or "?"
         if a.get("state") == "failed":
             ending = f"failed ({a.get('kind') or '?'}{', ' + a['node'] if a.get('node') else ''}): {a.get('cause')}"
+        if a.get("save_failure"):
+            ending = f"failed on its save, set aside: {a['save_failure']}"
         lines.append(
             f"attempt {a['attempt']:<4} from {resumed}, reached iteration {reached}, "
             f"{round(a['ended_at'] - a['started_at'])} s, {ending}"

@@ -250,6 +250,16 @@ def build_report(
             f"not be collected; the ranks elsewhere only lost their connections to it ({seen})",
         }
     summary["failure_text"] = failure_text(summary["failure"])
+    # the first NaN any rank reported (a loss, a grad norm), even when another error names the root cause: a NaN
+    # just after a resume blames the save resumed from (trainops.recovery)
+    nans = [f for f in log.failures if f.get("kind") == "nan"]
+    summary["first_nan"] = (
+        {"iteration": min((f["iteration"] for f in nans if f.get("iteration") is not None), default=None),
+         "message": nans[0].get("message")}
+        if nans else None
+    )  # fmt: skip
+    # the watcher's checkpoint ledger: every save's verdict, what retention removed, the disk (docs/checkpoints.md)
+    summary["checkpoint_ledger"] = (incident or {}).get("checkpoints")
     summary["run_id"] = plan["run_id"]
     summary["exp_name"] = plan["exp_name"]
     summary["job"] = plan.get("job")
@@ -336,6 +346,7 @@ def summary_table(summary: Mapping[str, Any]) -> list[str]:
             f"stragglers   not judged: {summary['straggler_reports']} straggler reports, a verdict needs "
             f"{straggler.MIN_REPORTS + 1} (one per log interval, the first left out)"
         )
+    lines += checkpoint_lines(summary)
     finding = summary.get("hang")
     if finding:
         lines.append(
@@ -349,6 +360,40 @@ def summary_table(summary: Mapping[str, Any]) -> list[str]:
     if summary.get("failure_text"):
         label = "failure" if summary["state"] == "failed" else "reported"
         lines.append(f"{label:<12} {summary['failure_text']}")
+    return lines
+
+
+def checkpoint_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The report's lines on the run's saves: their verdicts, the newest verified one, what each save stalled the
+    run (Megatron's save-checkpoint timer, the slowest rank), what retention removed, the disk where they go."""
+    ledger = summary.get("checkpoint_ledger") or {}
+    saves = ledger.get("saves") or []
+    stalls = [s["stall_ms"] for s in (summary.get("checkpoints") or {}).get("saved") or [] if "stall_ms" in s]
+    if not saves and not stalls:
+        return []
+    lines = []
+    if saves:
+        verified = [s for s in saves if s.get("verdict") == "verified"]
+        bad = [s for s in saves if s.get("verdict") == "bad"]
+        newest = max(verified, key=lambda s: s["iteration"]) if verified else None
+        text = f"checkpoints  {len(verified)} verified, {len(bad)} not to be trusted"
+        if newest:
+            text += f"; newest verified: iteration {newest['iteration']} ({newest['bytes'] / 2**20:,.2f} MiB)"
+        lines.append(text)
+        lines += [f"not trusted  iteration {s['iteration']}: {'; '.join(s.get('reasons') or [])}" for s in bad]
+    if stalls:
+        lines.append(
+            f"save stall   {len(stalls)} save(s): median {statistics.median(stalls):,.0f} ms, "
+            f"max {max(stalls):,.0f} ms (Megatron's save-checkpoint timer, the slowest rank)"
+        )
+    removed = ledger.get("removed") or []
+    if removed:
+        lines.append(
+            f"retention    removed iteration(s) {', '.join(str(s['iteration']) for s in removed)}, "
+            f"{sum(s['bytes'] for s in removed) / 2**20:,.2f} MiB freed"
+        )
+    if (ledger.get("disk") or {}).get("line"):
+        lines.append(f"ckpt disk    {ledger['disk']['line']}")
     return lines
 
 
@@ -505,6 +550,10 @@ def write_report(
     if summary["nodes_missing"]:
         table.append(f"missing      no logs from {', '.join(summary['nodes_missing'])} (not collected)")
     summary["table"] = table
+    if summary["checkpoint_ledger"]:  # the ledger beside the run on the controller, as on the master
+        with open(os.path.join(root, "checkpoints.json"), "w", encoding="utf-8") as handle:
+            json.dump(_finite(summary["checkpoint_ledger"]), handle, indent=2, sort_keys=True)
+            handle.write("\n")
     with open(os.path.join(root, "summary.json.tmp"), "w", encoding="utf-8") as handle:
         json.dump(_finite(summary), handle, indent=2, sort_keys=True)
         handle.write("\n")

@@ -56,8 +56,11 @@ def _checkpoints(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Megatron's saves and loads, in log order, and each save's stall (the slowest rank's save-checkpoint timer)."""
     records = list(records)
     saves = [r["max_ms"] for r in records if r["event"] == "save_time"]
+    saved = [{"iteration": r["iteration"], "dir": r["dir"]} for r in records if r["event"] == "saved"]
+    if len(saves) == len(saved):  # Megatron logs the save's timer right after each save: the stall it cost the run
+        saved = [dict(entry, stall_ms=ms) for entry, ms in zip(saved, saves, strict=True)]
     return {
-        "saved": [{"iteration": r["iteration"], "dir": r["dir"]} for r in records if r["event"] == "saved"],
+        "saved": saved,
         "loaded": [{"iteration": r["iteration"], "dir": r["dir"]} for r in records if r["event"] == "loaded"],
         "save_ms": _Distribution(saves).summary(),
     }
