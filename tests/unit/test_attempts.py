@@ -237,6 +237,7 @@ def test_a_save_an_attempt_could_not_load_is_never_chosen_again_and_the_next_att
         "resume": "5",
         "refused": "",
         "saves": [],
+        "set_aside": ["iter_0000010"],
         "lines": ["checkpoint   iteration 10 set aside (not resumed from): an attempt could not resume from it (...)"],
     }
     said = _reread(tmp_path).resume(fallback)["message"].splitlines()
@@ -247,6 +248,8 @@ def test_a_save_an_attempt_could_not_load_is_never_chosen_again_and_the_next_att
     third = _reread(tmp_path).begin(_plan(), "", now=40.0, run_started=1.0)
     assert third["number"] == 3 and third["resumes_from"] == 5
     assert third["plan"]["resume"]["iteration"] == 5
+    # save 10 was set aside: a save attempt 3 writes at iteration 10 anew is not blamed for the old one
+    assert third["failed_loads"] == {}
 
 
 def test_no_save_left_to_trust_ends_the_run_with_the_reasons(tmp_path):

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import incidents, recovery
+from .checkpoints import iteration_of
 from .outcome import train_outcome
 from .plan import tracker_iteration, with_resume
 
@@ -273,6 +274,10 @@ class Attempts:
         else:
             text = str(choice.get("resume") or "").strip()
             iteration = int(text) if text else None
+            # a save set aside is gone from the directory: a new save of that iteration is another save
+            moved = {iteration_of(name) for name in choice.get("set_aside") or []}
+            failed = self.state.get("failed_loads") or {}
+            self.state["failed_loads"] = {k: why for k, why in failed.items() if int(k) not in moved}
             self.state["resume_next"] = {"iteration": iteration, "saves": list(choice.get("saves") or [])}
             checked = "verified" if choice.get("saves") else "the tracker's, not checked: -e verify_checkpoints=false"
             start = "a fresh start (no save)" if iteration is None else f"iteration {iteration}'s save ({checked})"
