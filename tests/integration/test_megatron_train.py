@@ -60,31 +60,35 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
     clean_experiment(exp)
     # validation every 5 iterations (2 batches), checkpoints at 5 and 10
     evals = ("-e", json.dumps({"training": {"save_interval": 5, "eval_interval": 5, "eval_iters": 2}}))
-    # retention on one layout: the newest verified save is kept, the older one removed once the newer is verified
-    keep = ("-e", "keep_checkpoints=1") if dp == 2 else ()
-    first = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", "train_iters=10", "-e", f"exp={exp}",
+    # retention on one layout: six saves (5 to 30) with keep_checkpoints=2; each older save is removed once a newer
+    # one is verified, and the newest two are left
+    keep = ("-e", "keep_checkpoints=2") if dp == 2 else ()
+    iters = 30 if keep else 10
+    first = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", f"train_iters={iters}", "-e", f"exp={exp}",
                      *MEGATRON, *evals, *keep)  # fmt: skip
     assert first.returncode == 0, first.stdout[-6000:]
     # each save Megatron reported is scanned on the master and judged against .metadata's file list and byte ranges
-    for iteration in (5, 10):
+    for iteration in range(5, iters + 1, 5):
         assert re.search(rf"checkpoint   iteration {iteration} verified: [\d.]+ MiB, \d+ files", first.stdout), (
             first.stdout
         )
     left = in_container("node1", f"ls /data/mtt-train-ops/checkpoints/{exp}").stdout.split()
     if keep:
-        assert "checkpoint   removed iteration 5 (keep_checkpoints=1)" in first.stdout
-        assert "iter_0000005" not in left and "iter_0000010" in left
+        for iteration in (5, 10, 15, 20):
+            assert f"checkpoint   removed iteration {iteration} (keep_checkpoints=2)" in first.stdout, first.stdout
+        assert sorted(d for d in left if d.startswith("iter_")) == ["iter_0000025", "iter_0000030"], left
     else:
         assert {"iter_0000005", "iter_0000010"} <= set(left)
     assert "job          Megatron-LM pretrain_gpt.py" in first.stdout
     assert f"layout       tp={tp} pp={pp} cp=1 vpp=- dp={dp}" in first.stdout
-    assert re.search(r"iteration 10/10 \(100%\) \| lm loss [\d.]+ \| [\d,]+ ms/it", first.stdout), first.stdout[-3000:]
+    progress = rf"iteration {iters}/{iters} \(100%\) \| lm loss [\d.]+ \| [\d,]+ ms/it"
+    assert re.search(progress, first.stdout), first.stdout[-3000:]
     run_dir = latest_run(exp)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["job"] == "megatron" and summary["state"] == "finished", summary.get("failure")
-    assert summary["last_iteration"] == 10 and summary["failure"] is None
+    assert summary["last_iteration"] == iters and summary["failure"] is None
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["iteration"] for m in metrics] == list(range(1, 11))
+    assert [m["iteration"] for m in metrics] == list(range(1, iters + 1))
     assert all(m["losses"]["lm loss"] > 0 for m in metrics) and summary["nan_iterations"] == 0
     # Megatron's own memory report after the first iteration ("[Rank N] (after 1 iterations) memory (MB)"), which
     # the ranks of data-parallel rank 0 print (Megatron's rank order: tp fastest, then dp, then pp)
@@ -92,38 +96,57 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
     printing = [rank for rank in range(tp * pp * dp) if (rank // tp) % dp == 0]
     assert sorted(m["rank"] for m in memory) == printing and all(m["max_reserved_mb"] > 0 for m in memory)
     # Megatron's own validation lines (the last rank prints them) and checkpoint lines (rank 0), parsed
-    assert summary["last_validation"]["iteration"] == 10 and summary["last_validation"]["losses"]["lm loss"] > 0
+    validation = summary["last_validation"]
+    assert validation["iteration"] == iters and validation["losses"]["lm loss"] > 0
     directory = f"/data/mtt-train-ops/checkpoints/{exp}"
     saved = summary["checkpoints"]["saved"]
-    assert [(s["iteration"], s["dir"]) for s in saved] == [(5, directory), (10, directory)]
+    assert [(s["iteration"], s["dir"]) for s in saved] == [(i, directory) for i in range(5, iters + 1, 5)]
     assert all(s["stall_ms"] > 0 for s in saved)  # each save's stall, from Megatron's save-checkpoint timer
-    assert summary["checkpoints"]["save_ms"]["count"] == 2 and summary["checkpoints"]["loaded"] == []
-    assert re.search(r"save stall   2 save\(s\): median [\d,]+ ms, max [\d,]+ ms", first.stdout), first.stdout[-3000:]
+    assert summary["checkpoints"]["save_ms"]["count"] == len(saved) and summary["checkpoints"]["loaded"] == []
+    stall = rf"save stall   {len(saved)} save\(s\): median [\d,]+ ms, max [\d,]+ ms"
+    assert re.search(stall, first.stdout), first.stdout[-3000:]
     # the ledger: in summary.json, beside the run on the controller, and in the printed summary
     ledger = summary["checkpoint_ledger"]
     assert json.loads((run_dir / "checkpoints.json").read_text()) == ledger
     assert all(s["verdict"] == "verified" for s in ledger["saves"]) and ledger["disk"]["level"] == "ok"
-    assert re.search(r"checkpoints  \d verified, 0 not to be trusted; newest verified: iteration 10 ", first.stdout)
-    # Megatron's torch_dist checkpoints of iterations 5 and 10: the tracker and metadata on the master (rank 0)
-    saved = in_container("node1", f"cat /data/mtt-train-ops/checkpoints/{exp}/latest_checkpointed_iteration.txt")
-    assert saved.stdout.strip() == "10"
-    assert "metadata.json" in in_container("node1", f"ls /data/mtt-train-ops/checkpoints/{exp}/iter_0000010").stdout
+    newest = rf"checkpoints  \d verified, 0 not to be trusted; newest verified: iteration {iters} "
+    assert re.search(newest, first.stdout), first.stdout[-3000:]
+    # Megatron's torch_dist checkpoints: the tracker and metadata on the master (rank 0)
+    saved = in_container("node1", f"cat {directory}/latest_checkpointed_iteration.txt")
+    assert saved.stdout.strip() == str(iters)
+    assert "metadata.json" in in_container("node1", f"ls {directory}/iter_{iters:07d}").stdout
     no_rank_left()
     if keep:
+        # the newest save copied over by the one before (a save that wrote stale weights): the next run flags the
+        # identical tensor bytes, sets it aside and resumes from the save before it
+        in_container("node1", f"cd {directory} && rm -r iter_0000030 && cp -a iter_0000025 iter_0000030")
+        again = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", f"train_iters={iters}",
+                         "-e", f"exp={exp}", *MEGATRON, *evals)  # fmt: skip
+        assert again.returncode == 0, again.stdout[-6000:]
+        flagged = "iteration 30 set aside (not resumed from): the same sampled tensor bytes as iteration 25's save"
+        assert f"checkpoint   {flagged}" in again.stdout, again.stdout
+        assert "resume       from iteration 25 in" in again.stdout
+        resumed = json.loads((latest_run(exp) / "summary.json").read_text())
+        assert [m["iteration"] for m in resumed["checkpoints"]["loaded"]] == [25], resumed["checkpoints"]
+        assert resumed["state"] == "finished" and resumed["last_iteration"] == iters
+        no_rank_left()
         return
-    # a shard of the newest save cut short (a node that died mid-write, a full disk): the next run sets it aside
-    # and resumes from the save before it, and Megatron loads that one and trains on to the end
-    in_container("node1", f"truncate -s 1000 /data/mtt-train-ops/checkpoints/{exp}/iter_0000010/__0_0.distcp")
+    # a shard of the newest save cut short (a node that died mid-write, a full disk), and a tracker that names a save
+    # that is not there (a tracker moved before its save was durable): the next run names both, sets the cut save
+    # aside and resumes from the verified save before it, and Megatron loads that one and trains on to the end
+    in_container("node1", f"truncate -s 1000 {directory}/iter_0000010/__0_0.distcp")
+    in_container("node1", f"echo 15 > {directory}/latest_checkpointed_iteration.txt")
     again = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", "train_iters=10", "-e", f"exp={exp}",
                      *MEGATRON, *evals)  # fmt: skip
     assert again.returncode == 0, again.stdout[-6000:]
     assert re.search(r"checkpoint   iteration 10 set aside \(not resumed from\): __0_0.distcp is truncated: "
                      r"1,000 of the [\d,]+ bytes .metadata names", again.stdout), again.stdout  # fmt: skip
+    assert "checkpoint   the tracker names iteration 15, which is not there (no iter_0000015/)" in again.stdout
     assert "resume       from iteration 5 in" in again.stdout
     resumed = json.loads((latest_run(exp) / "summary.json").read_text())
     assert [m["iteration"] for m in resumed["checkpoints"]["loaded"]] == [5], resumed["checkpoints"]
     assert resumed["state"] == "finished" and resumed["last_iteration"] == 10
-    aside = in_container("node1", f"ls /data/mtt-train-ops/checkpoints/{exp}/set-aside").stdout.split()
+    aside = in_container("node1", f"ls {directory}/set-aside").stdout.split()
     assert aside == [f"iter_0000010.{latest_run(exp).name}"], aside
     no_rank_left()
 
