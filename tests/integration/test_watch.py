@@ -161,17 +161,17 @@ def test_on_hang_warn_shows_the_diagnosis_keeps_watching_and_status_names_the_cu
 def test_a_throttled_node_is_named_straggler_and_not_hung(provisioned):
     # First, untouched: enough iterations for a verdict, and no straggler named.
     _clean("straggler-none")  # a checkpoint of an earlier run would resume at its end
-    healthy = playbook("train.yml", "-e", "train_iters=400", "-e", "exp=straggler-none")
+    healthy = playbook("train.yml", "-e", "train_iters=150", "-e", "exp=straggler-none")
     assert healthy.returncode == 0, healthy.stdout[-4000:]
     summary = json.loads((latest_run("straggler-none") / "summary.json").read_text())
-    assert summary["straggler_reports"] == 400 and summary["stragglers"] == []
+    assert summary["straggler_reports"] == 150 and summary["stragglers"] == []
     assert any(line.startswith("stragglers   none:") for line in summary["table"])
 
     exp = "straggler-throttled"
     _clean(exp)
-    # 550 throttled iterations: the progress line's window (the last 200 reports) is all throttled well before the
-    # end, and the run's verdict covers more than 500 reports
-    job = train_in_background("-e", "train_iters=600", "-e", f"exp={exp}")
+    # about 250 throttled iterations: the progress line's window (the last 200 reports) is all throttled before the
+    # end, and the run's verdict (each rank's compute time summed over the run) is dominated by them
+    job = train_in_background("-e", "train_iters=300", "-e", f"exp={exp}")
     try:
         wait_for_iterations(exp, count=50)
         docker("update", "--cpus", "0.3", "mtt-node-2")  # real CPU throttling of node2 (its container included)

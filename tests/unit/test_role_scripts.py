@@ -51,7 +51,7 @@ def test_pack_logs_packs_the_nodes_logs_with_its_launch_output_and_exit_status(t
     assert done.returncode == 0, done.stderr
     with tarfile.open(pack) as tar:
         names = sorted(tar.getnames())
-    assert names == ["./exit.rc", "./flight", "./flight/dump", "./launch.out", "./rank0.log"]
+    assert names == ["node1/exit.rc", "node1/flight", "node1/flight/dump", "node1/launch.out", "node1/rank0.log"]
     assert not (tmp_path / "pack.tgz.tmp").exists()
 
 
@@ -317,12 +317,12 @@ def test_pack_logs_on_the_master_adds_the_checkpoint_and_the_restart_mark(tmp_pa
     args = ["--run-dir", str(run_dir), "--node", "node1", "--pack", str(tmp_path / "p.tgz"), "--checkpoint-dir"]
     assert run("collect", "pack_logs.py", *args, str(ckpt)).returncode == 0
     with tarfile.open(tmp_path / "p.tgz") as tar:
-        assert json.load(tar.extractfile("./marks.json")) == {"checkpoint": "", "restarting": False}
+        assert json.load(tar.extractfile("node1/marks.json")) == {"checkpoint": "", "restarting": False}
     (ckpt / "latest_checkpointed_iteration.txt").write_text("15\n")
     (run_dir / "restarting").write_text("x")
     assert run("collect", "pack_logs.py", *args, str(ckpt)).returncode == 0
     with tarfile.open(tmp_path / "p.tgz") as tar:
-        assert json.load(tar.extractfile("./marks.json")) == {"checkpoint": "15", "restarting": True}
+        assert json.load(tar.extractfile("node1/marks.json")) == {"checkpoint": "15", "restarting": True}
     # set aside before the next attempt, the mark is read again: stop.yml may have removed it meanwhile
     (run_dir / "restarting").unlink()
     aside = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node1", "--set-aside",

@@ -3,8 +3,9 @@
     python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --pack FILE.tgz [--checkpoint-dir CKPT]
     python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --set-aside DIR/attempt-K
 
-Packs ``DIR/logs/NAME/`` with the node's launch output (``logs/launch-NAME.out`` as ``launch.out``) and its
-exit status (``exit/NAME.rc`` as ``exit.rc``) copied in first. With ``--checkpoint-dir`` (the master's, in
+Packs ``DIR/logs/NAME/`` as ``NAME/`` (unpacked into the run's directory on the controller) with the node's launch
+output (``logs/launch-NAME.out`` as ``launch.out``) and its exit status (``exit/NAME.rc`` as ``exit.rc``) copied in
+first. With ``--checkpoint-dir`` (the master's, in
 train.yml) it also writes ``marks.json`` there: ``{"checkpoint": "<latest_checkpointed_iteration.txt's text, or
 empty>", "restarting": true|false}``, the checkpoint the attempt left (a new attempt resumes from it) and whether
 the run's restart mark (``DIR/restarting``, written with the run's files when ``-e max_restarts`` is set) is still
@@ -58,7 +59,7 @@ def pack(run_dir: str, node: str, pack_path: str, checkpoint_dir: str | None = N
         return 0
     with tarfile.open(pack_path + ".tmp", "w:gz") as tar:
         for entry in entries:
-            tar.add(os.path.join(logs, entry), arcname=f"./{entry}")
+            tar.add(os.path.join(logs, entry), arcname=f"{node}/{entry}")
     os.replace(pack_path + ".tmp", pack_path)
     return len(entries)
 
