@@ -52,6 +52,16 @@ def health_facts(
     return facts
 
 
+def burn_in_facts(result: Mapping[str, Any]) -> dict[str, Any]:
+    """roles/health_burn_in's registered run as the node's burn-in facts: burn_in.py's JSON, or the error."""
+    try:
+        facts = json.loads((result.get("stdout") or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        why = (result.get("stderr") or result.get("msg") or "no output").strip()[-300:]
+        return {"error": f"exit {result.get('rc', '?')}: {why}"}
+    return facts if isinstance(facts, dict) else {"error": f"not a burn-in result: {facts!r}"[:300]}
+
+
 def chosen_left_out(incident_left_out: Mapping[str, str], nodes: list[str], options: Mapping[str, Any]) -> dict:
     """The nodes a new run leaves out before any node is reached: the incident record's (unless -e use_nodes names
     them) and what -e exclude_nodes and -e use_nodes leave out; a name not in the inventory is refused."""
@@ -116,6 +126,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "trainops_health_facts": health_facts,
+            "trainops_burn_in_facts": burn_in_facts,
             "trainops_chosen_left_out": chosen_left_out,
             "trainops_plan_nodes": plan_nodes,
             "trainops_replan_nodes": replan_nodes,

@@ -8,8 +8,9 @@ DOCUMENTATION = r"""
 module: trainops_health
 short_description: Every node's health verdict (healthy, degraded, sick, unknown), recorded on the controller
 description:
-  - Judges the quick level's checks (C(trainops.health)) over O(facts), the nodes compared with each other, and
-    writes C(<health_dir>/<UTC time>/health.json) with every check's evidence.
+  - Judges the quick level's checks (C(trainops.health)) over O(facts), and the full level's burn-in where the facts
+    have it, the nodes compared with each other, and writes C(<health_dir>/<UTC time>/health.json) with every
+    check's evidence. A quick check carries the newest full check's results of each node (O(max_age_h)).
   - Appends each sick node to the site's incident record (O(incidents_file)), with the record as its evidence.
   - Returns one line per node, and the nodes that O(policy) leaves out (the sick ones with C(exclude), except
     those the user named in O(use_nodes)).
@@ -34,9 +35,16 @@ options:
     type: str
     default: ""
   level:
-    description: The level checked.
+    description: The level checked (C(full) when O(facts) have the burn-in's results).
     type: str
     default: quick
+    choices: [quick, full]
+  max_age_h:
+    description:
+      - Hours for which a full check's results stand; a quick check carries the newest full check's (no older than
+        this) into its verdicts. 0 carries none.
+    type: float
+    default: 0
   context:
     description: Who asked (health.yml, provision.yml, or train.yml and its run).
     type: str
@@ -93,7 +101,8 @@ def main() -> None:
             "expected": {"type": "dict", "default": {}},
             "health_dir": {"type": "path", "required": True},
             "incidents_file": {"type": "str", "default": ""},
-            "level": {"type": "str", "default": "quick"},
+            "level": {"type": "str", "default": "quick", "choices": list(health.LEVELS)},
+            "max_age_h": {"type": "float", "default": 0.0},
             "context": {"type": "str", "default": "health.yml"},
             "policy": {"type": "str", "default": "exclude", "choices": list(health.POLICIES)},
             "use_nodes": {"type": "list", "elements": "str", "default": []},
@@ -103,7 +112,10 @@ def main() -> None:
     p = module.params
     now = time.time()
     try:
-        verdicts = health.judge(p["facts"], p["expected"], health.last_checked(p["health_dir"], list(p["facts"])))
+        nodes = list(p["facts"])
+        max_age_s = p["max_age_h"] * 3600 if p["level"] == "quick" else 0
+        carried = health.carried_full(p["health_dir"], nodes, now, max_age_s)
+        verdicts = health.judge(p["facts"], p["expected"], health.last_checked(p["health_dir"], nodes), carried)
         path = health.record(p["health_dir"], p["level"], verdicts, p["facts"], now, p["context"])
         if p["incidents_file"]:
             name = os.path.relpath(os.path.dirname(path), os.path.dirname(os.path.abspath(p["health_dir"])))

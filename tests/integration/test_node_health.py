@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ from testbed import (
     ROOT,
     SMALL,
     clean_experiment,
+    docker,
     has_megatron,
     in_container,
     in_node,
@@ -154,6 +156,42 @@ def test_a_node_whose_megatron_tree_differs_is_left_out_and_the_run_goes_on_with
     assert ([n["name"] for n in plan["nodes"]], plan["world_size"], plan["global_batch_size"]) == (["node1"], 2, 8)
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["state"], summary["nodes_collected"]) == ("finished", ["node1"])
+
+
+def test_the_full_level_names_a_throttled_node_slow_against_its_peers_and_train_plans_without_it(provisioned, tmp_path):
+    full = ("playbooks/health.yml", "-e", "level=full", "-e", "health_burn_in_s=3", "-e", f"health_dir={tmp_path}")
+    docker("update", "--cpus", "0.3", "mtt-node-2")  # real CPU throttling of node2 (its containers included)
+    try:
+        slow = playbook(*full)
+    finally:
+        docker("update", "--cpus", str(os.cpu_count()), "mtt-node-2")
+    assert slow.returncode != 0 and "health.yml (-e level=full): sick: node2 " in slow.stdout, slow.stdout[-4000:]
+    record = newest_record(tmp_path)
+    burn = {node: next(c for c in v["checks"] if c["check"] == "burn_in") for node, v in record["verdicts"].items()}
+    assert (record["level"], burn["node1"]["status"], burn["node2"]["status"]) == ("full", "ok", "sick"), burn
+    assert (
+        "bf16 TFLOP/s card 0 " in burn["node2"]["detail"]
+        and "x the other nodes' median card" in burn["node2"]["detail"]
+    )
+    assert all(card["tflops"] > 0 for card in record["facts"]["node2"]["burn_in"]["cards"])
+
+    # its quota back, node2 passes train.yml's own quick check, but the full check's verdict stands (health_max_age)
+    exp = "health-full"
+    clean_experiment(exp)
+    run = playbook("train.yml", *SMALL, "-e", "train_iters=5", "-e", f"exp={exp}", "-e", f"health_dir={tmp_path}")
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert "node2: left out, its health check says sick (burn_in: bf16 TFLOP/s card 0 " in run.stdout
+    assert "(the full check of " in run.stdout
+    plan = json.loads((latest_run(exp) / "plan" / "plan.json").read_text())
+    assert [n["name"] for n in plan["nodes"]] == ["node1"]
+
+    # after the repair a new full check finds node2 well, and the quick check carries that instead
+    well = playbook(*full)
+    assert well.returncode == 0, well.stdout[-4000:]
+    quick = playbook("playbooks/health.yml", "-e", f"health_dir={tmp_path}")
+    assert quick.returncode == 0, quick.stdout[-4000:]
+    carried = newest_record(tmp_path)["verdicts"]["node2"]
+    assert carried["verdict"] == "healthy" and "burn_in" in [c["check"] for c in carried["checks"]]
 
 
 def test_a_full_file_system_where_checkpoints_go_is_named_before_the_launch(provisioned, tmp_path):

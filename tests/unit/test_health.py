@@ -134,3 +134,61 @@ def test_records_keep_every_check_and_when_each_node_was_checked(tmp_path):
     health.record(str(tmp_path), "quick", {"a": verdicts["a"]}, {"a": {}}, 2000.0, "train.yml")
     assert health.last_checked(str(tmp_path)) == {"a": 2000.0, "b": 1000.0}
     assert health.last_checked(str(tmp_path), ["a"]) == {"a": 2000.0}  # the newest record has it: no older one read
+
+
+def burned(*tflops: float, precision: str = "bf16") -> dict:
+    """A node whose burn-in gave these TFLOP/s per card (burn_in.py's output)."""
+    cards = [{"card": i, "tflops": t, "products": 100} for i, t in enumerate(tflops)]
+    return dict(node(slots=len(tflops)), burn_in={"precision": precision, "dtype": "bfloat16", "cards": cards})
+
+
+def test_the_burn_in_names_a_node_and_a_card_slow_against_the_fleet():
+    verdicts = health.judge(
+        {"a": burned(0.14, 0.15), "b": burned(0.15, 0.14), "c": burned(0.03, 0.04), "d": burned(0.14, 0.09)}
+    )
+    assert check(verdicts["a"], "burn_in")["status"] == "ok" and verdicts["a"]["verdict"] == "healthy"
+    slow = check(verdicts["c"], "burn_in")
+    assert slow["status"] == "sick" and slow["field"] == "burn_in.cards[].tflops"
+    assert (
+        "bf16 TFLOP/s card 0 0.03, card 1 0.04; the slowest (card 0) is 0.21x the other nodes' median card (0.14)"
+        in (slow["detail"])
+    )
+    # one card under 0.8 of its own node's and of the fleet's: degraded, the card named
+    one = check(verdicts["d"], "burn_in")
+    assert one["status"] == "degraded" and "the slowest (card 1) is 0.64x" in one["detail"]
+    assert "0.78x this node's (0.115)" in one["detail"]
+    assert list(health.left_out(verdicts, "exclude")) == ["c"]
+
+
+def test_a_card_whose_burn_in_failed_is_sick_and_a_burn_in_that_did_not_run_unknown():
+    failed = burned(0.14, 0.14)
+    failed["burn_in"]["cards"][1] = {"card": 1, "error": "RuntimeError: MUSA error: an illegal memory access"}
+    verdicts = health.judge({"a": burned(0.14, 0.14), "b": failed, "c": dict(node(), burn_in={"error": "exit 1: x"})})
+    assert check(verdicts["b"], "burn_in")["status"] == "sick"
+    assert "card 1: RuntimeError: MUSA error" in check(verdicts["b"], "burn_in")["detail"]
+    assert check(verdicts["c"], "burn_in")["status"] == "unknown" and verdicts["c"]["verdict"] == "unknown"
+    # the quick level has no burn-in check at all
+    assert all(c["check"] != "burn_in" for c in health.judge({"a": node()})["a"]["checks"])
+
+
+def test_a_full_checks_results_stand_for_health_max_age_and_are_no_new_incident(tmp_path):
+    full = health.judge({"a": burned(0.14, 0.15), "b": burned(0.03, 0.04)})
+    health.record(str(tmp_path), "full", full, {}, 1000.0, "health.yml (-e level=full)")
+    quick = health.judge({"a": node(), "b": node()})
+    health.record(str(tmp_path), "quick", quick, {}, 2000.0, "train.yml")
+    carried = health.carried_full(str(tmp_path), ["a", "b"], 1000.0 + 3 * 3600, 24 * 3600)
+    assert [c["status"] for c in carried["a"]] == ["ok"] and [c["status"] for c in carried["b"]] == ["sick"]
+    assert carried["b"][0]["detail"].endswith("(the full check of 1970-01-01 00:16 UTC, 3.0 h ago)")
+    verdicts = health.judge({"a": node(), "b": node()}, carried=carried)
+    assert verdicts["b"]["verdict"] == "sick" and verdicts["b"]["reason"].startswith("burn_in: bf16 TFLOP/s")
+    assert list(health.left_out(verdicts, "exclude")) == ["b"]
+    # the full check's own record made the incident; the quick check that carries it makes none
+    assert [i["node"] for i in health.incidents(full, "health/x", "p", 1000.0)] == ["b"]
+    assert health.incidents(verdicts, "health/y", "p", 2000.0) == []
+    # older than health_max_age, or health_max_age 0: nothing is carried
+    assert health.carried_full(str(tmp_path), ["a", "b"], 1000.0 + 25 * 3600, 24 * 3600) == {}
+    assert health.carried_full(str(tmp_path), ["a", "b"], 1000.0 + 3600, 0) == {}
+    # a newer full check that finds b well stands instead
+    again = health.judge({"a": burned(0.14, 0.15), "b": burned(0.15, 0.14)})
+    health.record(str(tmp_path), "full", again, {}, 3000.0, "health.yml (-e level=full)")
+    assert health.carried_full(str(tmp_path), ["a", "b"], 4000.0, 24 * 3600)["b"][0]["status"] == "ok"

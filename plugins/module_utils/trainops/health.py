@@ -16,6 +16,17 @@ node (the device tool's full query, the software stack, the free space where che
 - ``kernel``: the kernel log's device errors since the node's last check (NVIDIA's Xid messages, the ones its Xid
   catalogue documents); the testbed's nodes may not read it, and the check then says so (skipped).
 
+The full level adds (:data:`FULL_CHECKS`):
+
+- ``burn_in``: every card's matrix-multiply TFLOP/s in the run's precision (``roles/health_burn_in``), against the
+  other nodes' median card and its own node's: a card under :data:`BURN_IN_SICK` of the other nodes' median is
+  sick (a rank there would hold every other back), under :data:`BURN_IN_DEGRADED` degraded; a card that failed is
+  sick.
+
+A full check's results stand for ``health_max_age`` (:func:`carried_full`): the quick check that train.yml runs
+before each launch carries them into its own verdicts, so a node the full level found slow stays out until a
+newer full check finds it well.
+
 A value the tool does not report is ``None`` and is never taken for a pass: its check says what it could not see.
 Nothing here knows Ansible.
 """
@@ -36,8 +47,13 @@ from .gmi import GmiParseError, parse_cards
 
 VERDICTS = ("healthy", "unknown", "degraded", "sick")  # in rising order of concern
 POLICIES = ("off", "warn", "exclude")
-LEVELS = ("quick",)
+LEVELS = ("quick", "full")
 QUICK_CHECKS = ("cards", "ecc", "thermal", "stack", "disk", "kernel")
+FULL_CHECKS = ("burn_in",)
+#: A card's burn-in TFLOP/s under this share of the other nodes' median card: a rank there would hold the run back
+#: (sick); under the second, degraded.
+BURN_IN_SICK = 0.5
+BURN_IN_DEGRADED = 0.8
 #: A card's memory under this share of its nominal memory (or of the fleet's median) is a card that cannot hold
 #: what the plan puts on it.
 MEMORY_RATIO = 0.9
@@ -383,17 +399,57 @@ def _stack_checks(
     return out
 
 
+def _burn_in_check(node: str, burn: Mapping[str, Any], fleet: float | None) -> dict[str, str]:
+    """Each card's burn-in TFLOP/s against ``fleet`` (the other nodes' median card: a slow node does not pull its
+    own yardstick down) and the node's own median card."""
+    if burn.get("error"):
+        return _result("burn_in", "unknown", f"the burn-in did not run: {burn['error']}",
+                       f"run roles/health_burn_in/files/burn_in.py in {node}'s training container by hand")  # fmt: skip
+    cards = burn.get("cards") or []
+    failed = [c for c in cards if c.get("error")]
+    if failed:
+        return _result("burn_in", "sick", "; ".join(f"card {c['card']}: {c['error']}" for c in failed),
+                       f"inspect {node}'s cards (the device tool, the kernel log); a card that cannot multiply "
+                       "matrices cannot train", "burn_in.cards[].error")  # fmt: skip
+    speeds = {c["card"]: float(c["tflops"]) for c in cards if c.get("tflops") is not None}
+    if not speeds or not fleet:
+        return _result("burn_in", "unknown", "no card's TFLOP/s to compare")
+    own = statistics.median(speeds.values())
+    worst_card = min(speeds, key=lambda k: speeds[k])
+    worst = speeds[worst_card]
+    precision = burn.get("precision", "")
+    shown = ", ".join(f"card {k} {v:.3g}" for k, v in sorted(speeds.items()))
+    detail = (
+        f"{precision} TFLOP/s {shown}; the slowest (card {worst_card}) is {worst / fleet:.2f}x the other nodes' "
+        f"median card ({fleet:.3g})"
+    )
+    if own > 0 and worst / own < BURN_IN_DEGRADED:
+        detail += f" and {worst / own:.2f}x this node's ({own:.3g})"
+    ratio = worst / fleet
+    if ratio >= BURN_IN_DEGRADED and (own <= 0 or worst / own >= BURN_IN_DEGRADED):
+        return _result("burn_in", "ok", detail)
+    status = "sick" if ratio < BURN_IN_SICK else "degraded"
+    action = (
+        f"find what slows {node} (clocks and power: the device tool; a CPU quota or a busy host; the card's "
+        "cooling), then run health.yml -e level=full again"
+    )
+    return _result("burn_in", status, detail, action, "burn_in.cards[].tflops")
+
+
 def judge(
     facts_by_node: Mapping[str, Mapping[str, Any]],
     expected: Mapping[str, Any] | None = None,
     last_checked: Mapping[str, float] | None = None,
+    carried: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every node's verdict from the facts gathered on it (``{node: facts}``, in the inventory's order).
 
     ``expected``: ``card_memory_mib`` (the card's nominal memory), ``checkpoint_bytes`` (the plan's checkpoint),
     ``min_free_gib`` (without a plan). ``last_checked``: each node's previous check (epoch seconds), from which
-    the kernel log is read."""
+    the kernel log is read. ``carried``: checks of an earlier full check that still stand (:func:`carried_full`),
+    added to each node's own. A node with ``burn_in`` facts (the full level) gets the burn-in check."""
     expected = expected or {}
+    carried = carried or {}
     last_checked = last_checked or {}
     order = list(facts_by_node)
     devices = {
@@ -410,6 +466,10 @@ def judge(
         c["memory_total_mib"] for d in devices.values() for c in d.get("cards") or [] if c.get("memory_total_mib")
     ]
     fleet_mib = statistics.median(memories) if memories else None
+    speeds = {
+        node: [float(c["tflops"]) for c in (f.get("burn_in") or {}).get("cards") or [] if c.get("tflops") is not None]
+        for node, f in facts_by_node.items()
+    }
     stacks = _stack_checks(facts_by_node, devices, order)
     verdicts = {}
     for node in order:
@@ -431,7 +491,10 @@ def judge(
                 ),
                 _kernel_check(node, facts.get("kernel_log") or {}, last_checked.get(node)),
             ]
-        verdicts[node] = verdict_of(node, checks)
+            if "burn_in" in facts:
+                others = [t for n, cards in speeds.items() if n != node for t in cards] or speeds[node]
+                checks.append(_burn_in_check(node, facts["burn_in"], statistics.median(others) if others else None))
+        verdicts[node] = verdict_of(node, checks + [dict(c) for c in carried.get(node, [])])
     return verdicts
 
 
@@ -539,12 +602,40 @@ def last_checked(health_dir: str, nodes: Sequence[str] | None = None) -> dict[st
     return out
 
 
+def carried_full(health_dir: str, nodes: Sequence[str], now: float, max_age_s: float) -> dict[str, list[dict]]:
+    """The full-level checks (:data:`FULL_CHECKS`) of each node's newest full check younger than ``max_age_s``,
+    each detail saying where it comes from: what a quick check carries into its verdicts. None when ``max_age_s``
+    is 0."""
+    out: dict[str, list[dict]] = {}
+    if max_age_s <= 0:
+        return out
+    for data in _newest_first(health_dir):
+        age = now - float(data.get("time") or 0)
+        if age > max_age_s:
+            break
+        if data.get("level") != "full":
+            continue
+        stamp = dt.datetime.fromtimestamp(float(data["time"]), dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        for node in nodes:
+            if node in out or node not in data["verdicts"]:
+                continue
+            checks = [c for c in data["verdicts"][node].get("checks") or [] if c.get("check") in FULL_CHECKS]
+            out[node] = [
+                dict(c, detail=f"{c['detail']} (the full check of {stamp}, {age / 3600:.1f} h ago)", carried=True)
+                for c in checks
+            ]
+        if all(n in out for n in nodes):
+            break
+    return out
+
+
 def incidents(verdicts: Mapping[str, Mapping[str, Any]], name: str, path: str, now: float) -> list[dict[str, Any]]:
     """Each sick node as an incident of the site's record (trainops.incidents): kind ``health``, the record as its
-    evidence. ``name``: the record's name (``health/<time>``), which keys the incident."""
+    evidence. ``name``: the record's name (``health/<time>``), which keys the incident. A check carried from an
+    earlier full check is that check's incident, not a new one."""
     return [
         {"run": name, "attempt": 0, "node": node, "kind": "health", "rank": None, "cause": v["reason"],
          "time": round(now, 1), "evidence": path, "counts": True}
         for node, v in verdicts.items()
-        if v["verdict"] == "sick"
+        if any(c["status"] == "sick" and not c.get("carried") for c in v["checks"])
     ]  # fmt: skip

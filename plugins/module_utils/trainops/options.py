@@ -254,8 +254,13 @@ OPTIONS: dict[str, Option] = {
         # --- incidents.yml, health.yml ----------------------------------------------------------------------------
         _o("clear", "name", "A node whose incidents so far are cleared, after a repair.", ("incidents", "health"),
            docs="docs/incidents.md"),
-        _o("level", "choice", "How deep health.yml looks: quick (seconds per node, no rendezvous).", ("health",),
-           "quick", choices=("quick",), docs="docs/health.md"),
+        _o("level", "choice", "How deep health.yml looks: quick (seconds per node, no rendezvous) or full (also "
+           "every card's burn-in against the fleet's).", ("health",), "quick", choices=("quick", "full"),
+           docs="docs/health.md"),
+        _o("health_burn_in_s", "float", "Seconds each card multiplies matrices at health.yml -e level=full.",
+           ("health",), 10.0, minimum=1.0, docs="docs/health.md"),
+        _o("health_max_age", "float", "Hours a full health check's results stand: train.yml's quick check carries "
+           "them (0: not at all).", ("train",), 24.0, minimum=0.0, docs="docs/health.md"),
         _o("health", "choice", "What train.yml does with a sick node before a launch: leave it out (exclude), only "
            "name it (warn), or skip the check (off).", ("train",), "exclude", choices=("off", "warn", "exclude"),
            docs="docs/health.md"),
