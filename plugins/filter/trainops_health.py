@@ -13,7 +13,7 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from trainops import node_choice  # noqa: E402
+from trainops import collective, node_choice  # noqa: E402
 from trainops.options import convert  # noqa: E402
 
 
@@ -60,6 +60,30 @@ def burn_in_facts(result: Mapping[str, Any]) -> dict[str, Any]:
         why = (result.get("stderr") or result.get("msg") or "no output").strip()[-300:]
         return {"error": f"exit {result.get('rc', '?')}: {why}"}
     return facts if isinstance(facts, dict) else {"error": f"not a burn-in result: {facts!r}"[:300]}
+
+
+def node_collective_facts(result: Mapping[str, Any], cards: int, test_path: str) -> dict[str, Any]:
+    """roles/health_node_collective's registered run as the node's all-reduce facts: the bus bandwidth at the
+    largest message (gloo's JSON line, or all_reduce_perf's table), ``skipped`` with why, or the error."""
+    if cards < 2:
+        return {"skipped": "one card: nothing to all-reduce within the node"}
+    if result.get("rc") == 127:
+        return {"skipped": f"no all_reduce_perf at {test_path or '(none configured)'} in the training container"}
+    text = result.get("stdout") or ""
+    if result.get("rc", 1) != 0:
+        why = ((result.get("stderr") or "") + " " + text).strip()[-300:] or result.get("msg", "no output")
+        return {"error": f"exit {result.get('rc', '?')}: {why}"}
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    try:
+        if lines:
+            measured = json.loads(lines[-1])
+            return {"tool": "gloo", "ranks": cards, "bytes": measured["bytes"], "busbw_gbps": measured["busbw_gbps"],
+                    "wrong": measured.get("wrong", 0)}  # fmt: skip
+        parsed = collective.parse_allreduce_perf(text)
+    except (ValueError, KeyError, collective.CollectiveParseError) as exc:
+        return {"error": f"the all-reduce's output could not be read: {exc}"[:300]}
+    return {"tool": "all_reduce_perf", "ranks": cards, "bytes": parsed["largest_size_bytes"],
+            "busbw_gbps": parsed["largest_busbw_gbps"], "wrong": parsed["wrong"] or 0}  # fmt: skip
 
 
 def chosen_left_out(incident_left_out: Mapping[str, str], nodes: list[str], options: Mapping[str, Any]) -> dict:
@@ -127,6 +151,7 @@ class FilterModule:
         return {
             "trainops_health_facts": health_facts,
             "trainops_burn_in_facts": burn_in_facts,
+            "trainops_node_collective_facts": node_collective_facts,
             "trainops_chosen_left_out": chosen_left_out,
             "trainops_plan_nodes": plan_nodes,
             "trainops_replan_nodes": replan_nodes,

@@ -167,12 +167,14 @@ def test_the_full_level_names_a_throttled_node_slow_against_its_peers_and_train_
         docker("update", "--cpus", str(os.cpu_count()), "mtt-node-2")
     assert slow.returncode != 0 and "health.yml (-e level=full): sick: node2 " in slow.stdout, slow.stdout[-4000:]
     record = newest_record(tmp_path)
-    burn = {node: next(c for c in v["checks"] if c["check"] == "burn_in") for node, v in record["verdicts"].items()}
-    assert (record["level"], burn["node1"]["status"], burn["node2"]["status"]) == ("full", "ok", "sick"), burn
-    assert (
-        "bf16 TFLOP/s card 0 " in burn["node2"]["detail"]
-        and "x the other nodes' median card" in burn["node2"]["detail"]
-    )
+    assert record["level"] == "full"
+    checks = {node: {c["check"]: c for c in v["checks"]} for node, v in record["verdicts"].items()}
+    # every card's burn-in, and the all-reduce among each node's own two ranks, against the other node's
+    for name in ("burn_in", "node_collective"):
+        assert (checks["node1"][name]["status"], checks["node2"][name]["status"]) == ("ok", "sick"), checks
+    assert "bf16 TFLOP/s card 0 " in checks["node2"]["burn_in"]["detail"]
+    assert "x the other nodes' median card" in checks["node2"]["burn_in"]["detail"]
+    assert "gloo among 2 cards: " in checks["node2"]["node_collective"]["detail"]
     assert all(card["tflops"] > 0 for card in record["facts"]["node2"]["burn_in"]["cards"])
 
     # its quota back, node2 passes train.yml's own quick check, but the full check's verdict stands (health_max_age)
@@ -190,8 +192,9 @@ def test_the_full_level_names_a_throttled_node_slow_against_its_peers_and_train_
     assert well.returncode == 0, well.stdout[-4000:]
     quick = playbook("playbooks/health.yml", "-e", f"health_dir={tmp_path}")
     assert quick.returncode == 0, quick.stdout[-4000:]
-    carried = newest_record(tmp_path)["verdicts"]["node2"]
-    assert carried["verdict"] == "healthy" and "burn_in" in [c["check"] for c in carried["checks"]]
+    carried = {c["check"]: c["status"] for c in newest_record(tmp_path)["verdicts"]["node2"]["checks"]}
+    # not sick (two containers sharing two cores can put one of them under 0.8x now and then: degraded at worst)
+    assert carried["burn_in"] != "sick" and carried["node_collective"] != "sick", carried
 
 
 def test_a_full_file_system_where_checkpoints_go_is_named_before_the_launch(provisioned, tmp_path):

@@ -132,6 +132,29 @@ def test_a_nodes_gathered_results_become_its_health_facts():
     assert broken["error"].startswith("the facts could not be read in 'train': Traceback")
 
 
+def test_the_full_levels_runs_become_the_nodes_burn_in_and_all_reduce_facts():
+    burn = FILTERS["trainops_burn_in_facts"]
+    printed = '{"precision": "bf16", "cards": [{"card": 0, "tflops": 0.14, "products": 9}]}'
+    assert burn({"rc": 0, "stdout": printed})["cards"][0]["tflops"] == 0.14
+    assert burn({"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: torch"}) == {
+        "error": "exit 1: ModuleNotFoundError: torch"
+    }
+    coll = FILTERS["trainops_node_collective_facts"]
+    gloo = '{"backend": "gloo", "world": 2, "bytes": 16777216, "time_us": 9000.0, "busbw_gbps": 1.8641, "wrong": 0}'
+    assert coll({"rc": 0, "stdout": "W1203 torchrun warning\n" + gloo}, 2, "") == {
+        "tool": "gloo", "ranks": 2, "bytes": 16777216, "busbw_gbps": 1.8641, "wrong": 0
+    }  # fmt: skip
+    table = (ROOT / "tests" / "fixtures" / "allreduce" / "no-check.txt").read_text()  # 8 x S5000, 1 GiB
+    assert coll({"rc": 0, "stdout": table}, 8, "/usr/local/bin/all_reduce_perf") == {
+        "tool": "all_reduce_perf", "ranks": 8, "bytes": 1073741824, "busbw_gbps": 234.55, "wrong": 0
+    }  # fmt: skip
+    assert coll({"rc": 127}, 8, "/x/all_reduce_perf")["skipped"].startswith("no all_reduce_perf at /x/all_reduce_perf")
+    assert coll({}, 1, "")["skipped"] == "one card: nothing to all-reduce within the node"
+    assert coll({"rc": 1, "stdout": "", "stderr": "RuntimeError: Connection reset"}, 2, "")["error"].startswith(
+        "exit 1"
+    )
+
+
 def test_the_resume_choice_sets_aside_a_truncated_save_and_refuses_when_none_is_left():
     recorded = json.loads((ROOT / "tests" / "fixtures" / "checkpoints" / "megatron-tiny-tp1pp2dp2.json").read_text())
     plan = {"tp": 1, "pp": 2, "job": "megatron", "checkpoint_bytes": 25034240, "checkpoint_dir": recorded["dir"]}

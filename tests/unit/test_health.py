@@ -192,3 +192,22 @@ def test_a_full_checks_results_stand_for_health_max_age_and_are_no_new_incident(
     again = health.judge({"a": burned(0.14, 0.15), "b": burned(0.15, 0.14)})
     health.record(str(tmp_path), "full", again, {}, 3000.0, "health.yml (-e level=full)")
     assert health.carried_full(str(tmp_path), ["a", "b"], 4000.0, 24 * 3600)["b"][0]["status"] == "ok"
+
+
+def test_a_nodes_own_all_reduce_slow_against_the_other_nodes_is_named():
+    def coll(busbw: float, **more) -> dict:
+        return dict(node(), node_collective={"tool": "all_reduce_perf", "ranks": 8, "bytes": 2**30,
+                                             "busbw_gbps": busbw, "wrong": 0, **more})  # fmt: skip
+
+    verdicts = health.judge({"a": coll(234.5), "b": coll(231.0), "c": coll(90.2), "d": coll(170.0), "e": coll(233.0)})
+    assert check(verdicts["a"], "node_collective")["status"] == "ok"
+    slow = check(verdicts["c"], "node_collective")
+    assert slow["status"] == "sick" and slow["field"] == "node_collective.busbw_gbps"
+    assert slow["detail"] == (
+        "all_reduce_perf among 8 cards: 90.2 GB/s bus bandwidth at 1.00 GiB, 0.39x the other nodes' median (232)"
+    )
+    assert check(verdicts["d"], "node_collective")["status"] == "degraded"
+    wrong = health.judge({"a": coll(234.5), "b": coll(234.0, wrong=3)})
+    assert check(wrong["b"], "node_collective")["status"] == "sick" and "3 wrong element(s)" in wrong["b"]["reason"]
+    one = health.judge({"a": dict(node(), node_collective={"skipped": "one card: nothing to all-reduce"})})
+    assert check(one["a"], "node_collective")["status"] == "skipped" and one["a"]["verdict"] == "healthy"

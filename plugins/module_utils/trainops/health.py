@@ -19,9 +19,12 @@ node (the device tool's full query, the software stack, the free space where che
 The full level adds (:data:`FULL_CHECKS`):
 
 - ``burn_in``: every card's matrix-multiply TFLOP/s in the run's precision (``roles/health_burn_in``), against the
-  other nodes' median card and its own node's: a card under :data:`BURN_IN_SICK` of the other nodes' median is
-  sick (a rank there would hold every other back), under :data:`BURN_IN_DEGRADED` degraded; a card that failed is
-  sick.
+  other nodes' median card and its own node's: a card under :data:`PEER_SICK` of the other nodes' median is
+  sick (a rank there would hold every other back), under :data:`PEER_DEGRADED` degraded; a card that failed is
+  sick;
+- ``node_collective``: the bus bandwidth of an all-reduce among the node's own cards alone
+  (``roles/health_node_collective``: all_reduce_perf -g, gloo on the cpu backend), against the other nodes'
+  median, with the same shares; wrong elements are sick.
 
 A full check's results stand for ``health_max_age`` (:func:`carried_full`): the quick check that train.yml runs
 before each launch carries them into its own verdicts, so a node the full level found slow stays out until a
@@ -49,11 +52,11 @@ VERDICTS = ("healthy", "unknown", "degraded", "sick")  # in rising order of conc
 POLICIES = ("off", "warn", "exclude")
 LEVELS = ("quick", "full")
 QUICK_CHECKS = ("cards", "ecc", "thermal", "stack", "disk", "kernel")
-FULL_CHECKS = ("burn_in",)
-#: A card's burn-in TFLOP/s under this share of the other nodes' median card: a rank there would hold the run back
-#: (sick); under the second, degraded.
-BURN_IN_SICK = 0.5
-BURN_IN_DEGRADED = 0.8
+FULL_CHECKS = ("burn_in", "node_collective")
+#: A card's burn-in TFLOP/s, or a node's own all-reduce bus bandwidth, under this share of the other nodes' median:
+#: a rank there would hold the run back (sick); under the second, degraded.
+PEER_SICK = 0.5
+PEER_DEGRADED = 0.8
 #: A card's memory under this share of its nominal memory (or of the fleet's median) is a card that cannot hold
 #: what the plan puts on it.
 MEMORY_RATIO = 0.9
@@ -423,17 +426,44 @@ def _burn_in_check(node: str, burn: Mapping[str, Any], fleet: float | None) -> d
         f"{precision} TFLOP/s {shown}; the slowest (card {worst_card}) is {worst / fleet:.2f}x the other nodes' "
         f"median card ({fleet:.3g})"
     )
-    if own > 0 and worst / own < BURN_IN_DEGRADED:
+    if own > 0 and worst / own < PEER_DEGRADED:
         detail += f" and {worst / own:.2f}x this node's ({own:.3g})"
     ratio = worst / fleet
-    if ratio >= BURN_IN_DEGRADED and (own <= 0 or worst / own >= BURN_IN_DEGRADED):
+    if ratio >= PEER_DEGRADED and (own <= 0 or worst / own >= PEER_DEGRADED):
         return _result("burn_in", "ok", detail)
-    status = "sick" if ratio < BURN_IN_SICK else "degraded"
+    status = "sick" if ratio < PEER_SICK else "degraded"
     action = (
         f"find what slows {node} (clocks and power: the device tool; a CPU quota or a busy host; the card's "
         "cooling), then run health.yml -e level=full again"
     )
     return _result("burn_in", status, detail, action, "burn_in.cards[].tflops")
+
+
+def _node_collective_check(node: str, coll: Mapping[str, Any], others: float | None) -> dict[str, str]:
+    """The node's own all-reduce bus bandwidth against the other nodes' median."""
+    if coll.get("skipped"):
+        return _result("node_collective", "skipped", coll["skipped"])
+    if coll.get("error"):
+        return _result("node_collective", "unknown", f"the all-reduce among {node}'s cards failed: {coll['error']}",
+                       f"run the collective check by hand in {node}'s training container")  # fmt: skip
+    if coll.get("wrong"):
+        wrong = f"the all-reduce returned {coll['wrong']} wrong element(s)"
+        action = f"do not train on {node}: check its cards, links and driver"
+        return _result("node_collective", "sick", wrong, action, "node_collective.wrong")
+    busbw = float(coll.get("busbw_gbps") or 0)
+    detail = f"{coll.get('tool', 'all-reduce')} among {coll.get('ranks')} cards: {busbw:.3g} GB/s bus bandwidth"
+    if not others:
+        return _result("node_collective", "ok", detail + " (no other node to compare with)")
+    ratio = busbw / others
+    detail += f" at {_size(float(coll.get('bytes') or 0))}, {ratio:.2f}x the other nodes' median ({others:.3g})"
+    if ratio >= PEER_DEGRADED:
+        return _result("node_collective", "ok", detail)
+    action = (
+        f"check {node}'s links between its cards (mthreads-gmi topo -m / mtlink -s, nvidia-smi topo -m) and its "
+        "host (a CPU quota, a busy host), then run health.yml -e level=full again"
+    )
+    return _result("node_collective", "sick" if ratio < PEER_SICK else "degraded", detail, action,
+                   "node_collective.busbw_gbps")  # fmt: skip
 
 
 def judge(
@@ -447,7 +477,8 @@ def judge(
     ``expected``: ``card_memory_mib`` (the card's nominal memory), ``checkpoint_bytes`` (the plan's checkpoint),
     ``min_free_gib`` (without a plan). ``last_checked``: each node's previous check (epoch seconds), from which
     the kernel log is read. ``carried``: checks of an earlier full check that still stand (:func:`carried_full`),
-    added to each node's own. A node with ``burn_in`` facts (the full level) gets the burn-in check."""
+    added to each node's own. A node with ``burn_in`` and ``node_collective`` facts (the full level) gets those
+    checks."""
     expected = expected or {}
     carried = carried or {}
     last_checked = last_checked or {}
@@ -469,6 +500,11 @@ def judge(
     speeds = {
         node: [float(c["tflops"]) for c in (f.get("burn_in") or {}).get("cards") or [] if c.get("tflops") is not None]
         for node, f in facts_by_node.items()
+    }
+    busbw = {
+        node: float(f["node_collective"]["busbw_gbps"])
+        for node, f in facts_by_node.items()
+        if (f.get("node_collective") or {}).get("busbw_gbps") is not None
     }
     stacks = _stack_checks(facts_by_node, devices, order)
     verdicts = {}
@@ -494,6 +530,10 @@ def judge(
             if "burn_in" in facts:
                 others = [t for n, cards in speeds.items() if n != node for t in cards] or speeds[node]
                 checks.append(_burn_in_check(node, facts["burn_in"], statistics.median(others) if others else None))
+            if "node_collective" in facts:
+                peers = [b for n, b in busbw.items() if n != node]
+                median = statistics.median(peers) if peers else None
+                checks.append(_node_collective_check(node, facts["node_collective"], median))
         verdicts[node] = verdict_of(node, checks + [dict(c) for c in carried.get(node, [])])
     return verdicts
 
