@@ -167,6 +167,9 @@ def test_a_card_whose_burn_in_failed_is_sick_and_a_burn_in_that_did_not_run_unkn
     assert check(verdicts["b"], "burn_in")["status"] == "sick"
     assert "card 1: RuntimeError: MUSA error" in check(verdicts["b"], "burn_in")["detail"]
     assert check(verdicts["c"], "burn_in")["status"] == "unknown" and verdicts["c"]["verdict"] == "unknown"
+    # one node alone: its cards against each other only
+    alone = check(health.judge({"a": burned(0.14, 0.04)})["a"], "burn_in")
+    assert alone["status"] == "sick" and "0.44x this node's median card (0.09; no other node" in alone["detail"]
     # the quick level has no burn-in check at all
     assert all(c["check"] != "burn_in" for c in health.judge({"a": node()})["a"]["checks"])
 

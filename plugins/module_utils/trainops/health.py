@@ -415,20 +415,20 @@ def _burn_in_check(node: str, burn: Mapping[str, Any], fleet: float | None) -> d
                        f"inspect {node}'s cards (the device tool, the kernel log); a card that cannot multiply "
                        "matrices cannot train", "burn_in.cards[].error")  # fmt: skip
     speeds = {c["card"]: float(c["tflops"]) for c in cards if c.get("tflops") is not None}
-    if not speeds or not fleet:
+    if not speeds:
         return _result("burn_in", "unknown", "no card's TFLOP/s to compare")
     own = statistics.median(speeds.values())
     worst_card = min(speeds, key=lambda k: speeds[k])
     worst = speeds[worst_card]
-    precision = burn.get("precision", "")
     shown = ", ".join(f"card {k} {v:.3g}" for k, v in sorted(speeds.items()))
-    detail = (
-        f"{precision} TFLOP/s {shown}; the slowest (card {worst_card}) is {worst / fleet:.2f}x the other nodes' "
-        f"median card ({fleet:.3g})"
-    )
-    if own > 0 and worst / own < PEER_DEGRADED:
-        detail += f" and {worst / own:.2f}x this node's ({own:.3g})"
-    ratio = worst / fleet
+    detail = f"{burn.get('precision', '')} TFLOP/s {shown}; the slowest (card {worst_card}) is "
+    if fleet:
+        detail += f"{worst / fleet:.2f}x the other nodes' median card ({fleet:.3g})"
+        if own > 0 and worst / own < PEER_DEGRADED:
+            detail += f" and {worst / own:.2f}x this node's ({own:.3g})"
+    else:
+        detail += f"{worst / own:.2f}x this node's median card ({own:.3g}; no other node to compare with)"
+    ratio = worst / (fleet or own)
     if ratio >= PEER_DEGRADED and (own <= 0 or worst / own >= PEER_DEGRADED):
         return _result("burn_in", "ok", detail)
     status = "sick" if ratio < PEER_SICK else "degraded"
@@ -528,7 +528,7 @@ def judge(
                 _kernel_check(node, facts.get("kernel_log") or {}, last_checked.get(node)),
             ]
             if "burn_in" in facts:
-                others = [t for n, cards in speeds.items() if n != node for t in cards] or speeds[node]
+                others = [t for n, cards in speeds.items() if n != node for t in cards]
                 checks.append(_burn_in_check(node, facts["burn_in"], statistics.median(others) if others else None))
             if "node_collective" in facts:
                 peers = [b for n, b in busbw.items() if n != node]
