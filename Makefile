@@ -66,7 +66,7 @@ lint: setup
 	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml train.yml stop.yml testbed molecule
 	$(BIN)/shellcheck testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \
 		testbed/images/training-suite-standin/rootfs/usr/local/bin/mthreads-gmi \
-		testbed/images/training-suite-standin/rootfs/usr/local/bin/nvidia-smi roles/health_check/files/kernel_xids.sh \
+		testbed/images/training-suite-standin/rootfs/usr/local/bin/nvidia-smi roles/health_check/files/kernel_xids.sh roles/collect/files/copy_out.sh \
 		testbed/images/training-suite-standin/rootfs/usr/local/musa/mccl_test/all_reduce_perf
 
 ## Megatron-LM core_v0.14.0's source into third_party/ (git-ignored; the testbed's stand-in image installs it), from a

@@ -8,9 +8,10 @@ DOCUMENTATION = r"""
 module: trainops_health
 short_description: Every node's health verdict (healthy, degraded, sick, unknown), recorded on the controller
 description:
-  - Judges the quick level's checks (C(trainops.health)) over O(facts), and the full level's burn-in where the facts
-    have it, the nodes compared with each other, and writes C(<health_dir>/<UTC time>/health.json) with every
-    check's evidence. A quick check carries the newest full check's results of each node (O(max_age_h)).
+  - Judges the quick level's checks (C(trainops.health)) over O(facts), and the full level's burn-in and node
+    all-reduce where the facts have them, the nodes compared with each other, and writes
+    C(<health_dir>/<UTC time>/health.json) (C(<UTC time>-full/) for the full level) with every check's evidence. A
+    quick check carries the newest full check's results of each node (O(max_age_h)).
   - Appends each sick node to the site's incident record (O(incidents_file)), with the record as its evidence.
   - Returns one line per node, and the nodes that O(policy) leaves out (the sick ones with C(exclude), except
     those the user named in O(use_nodes)).
@@ -35,7 +36,7 @@ options:
     type: str
     default: ""
   level:
-    description: The level checked (C(full) when O(facts) have the burn-in's results).
+    description: The level checked (C(full) when O(facts) have the burn-in's and the all-reduce's results).
     type: str
     default: quick
     choices: [quick, full]

@@ -195,6 +195,10 @@ def test_a_full_checks_results_stand_for_health_max_age_and_are_no_new_incident(
     again = health.judge({"a": burned(0.14, 0.15), "b": burned(0.15, 0.14)})
     health.record(str(tmp_path), "full", again, {}, 3000.0, "health.yml (-e level=full)")
     assert health.carried_full(str(tmp_path), ["a", "b"], 4000.0, 24 * 3600)["b"][0]["status"] == "ok"
+    # a full check's record is found by its directory's name: the quick ones are not read
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "19700101T001640.000000Z-full", "19700101T003320.000000Z", "19700101T005000.000000Z-full"
+    ]  # fmt: skip
 
 
 def test_a_nodes_own_all_reduce_slow_against_the_other_nodes_is_named():

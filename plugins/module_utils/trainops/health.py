@@ -78,6 +78,7 @@ STACK_NAMES = {
     "image": "container image",
 }
 RECORD_NAME = "health.json"
+FULL_SUFFIX = "-full"  # a full check's record directory: <UTC time>-full
 
 
 def _result(check: str, status: str, detail: str, action: str = "", field: str = "") -> dict[str, str]:
@@ -595,9 +596,9 @@ def left_out(verdicts: Mapping[str, Mapping[str, Any]], policy: str) -> dict[str
 def record(
     health_dir: str, level: str, verdicts: Mapping[str, Any], facts_by_node: Mapping[str, Any], now: float, context: str
 ) -> str:
-    """Write ``<health_dir>/<UTC timestamp>/health.json``; returns its path."""
-    stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    directory = os.path.join(health_dir, stamp)
+    """Write ``<health_dir>/<UTC timestamp>/health.json`` (``<UTC timestamp>-full/`` for the full level: a quick
+    check finds the full ones by name); returns its path."""
+    directory = os.path.join(health_dir, _stamp_name(now) + (FULL_SUFFIX if level == "full" else ""))
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, RECORD_NAME)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
@@ -613,14 +614,25 @@ def record(
     return path
 
 
-def _newest_first(health_dir: str):
+def _stamp_name(when: float) -> str:
+    """A record's directory name: its UTC time, which sorts as the time does."""
+    return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def _newest_first(health_dir: str, suffix: str = "", since: float | None = None):
     """The health records under ``health_dir``, newest first (their directories are UTC timestamps; an unreadable
-    one is skipped), read one at a time."""
+    one is skipped), read one at a time; with ``suffix`` only the directories so named, with ``since`` none
+    older (both chosen by name, before any file is read)."""
     try:
         names = sorted(os.listdir(health_dir), reverse=True)
     except FileNotFoundError:
         return
+    oldest = _stamp_name(since) if since is not None else ""
     for name in names:
+        if name < oldest:
+            break
+        if not name.endswith(suffix):
+            continue
         try:
             with open(os.path.join(health_dir, name, RECORD_NAME), encoding="utf-8") as f:
                 data = json.load(f)
@@ -649,11 +661,9 @@ def carried_full(health_dir: str, nodes: Sequence[str], now: float, max_age_s: f
     out: dict[str, list[dict]] = {}
     if max_age_s <= 0:
         return out
-    for data in _newest_first(health_dir):
+    for data in _newest_first(health_dir, FULL_SUFFIX, since=now - max_age_s):
         age = now - float(data.get("time") or 0)
-        if age > max_age_s:
-            break
-        if data.get("level") != "full":
+        if age > max_age_s or data.get("level") != "full":
             continue
         stamp = dt.datetime.fromtimestamp(float(data["time"]), dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         for node in nodes:

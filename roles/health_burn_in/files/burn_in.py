@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import sys
 import time
+from queue import Empty
 
 SIZE = {"cpu": 256, "cuda": 8192, "musa": 8192}
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "bfloat16"}
@@ -83,7 +84,7 @@ def main(argv: list[str]) -> int:
     while len(results) < args.cards and time.monotonic() < deadline:
         try:
             item = queue.get(timeout=max(0.1, deadline - time.monotonic()))
-        except Exception:  # noqa: BLE001  (queue.Empty: the deadline passed)
+        except Empty:  # the deadline passed
             break
         results[item["card"]] = item
     for worker in workers:
