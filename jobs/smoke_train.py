@@ -327,3 +327,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Every line is flushed and the process group is gone: leave without the interpreter's teardown, which takes
+    # megatron.core's module graph a second and more of CPU per rank (measured on the testbed's stand-in), time
+    # in which torchrun and the watcher can only wait.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -54,18 +55,34 @@ def megatron(provisioned):
     assert "pretrain_gpt.py" in in_container("node1", "ls /home/Megatron-LM").stdout
 
 
+#: validation every 5 iterations (2 batches), checkpoints every 5
+EVALS = ("-e", json.dumps({"training": {"save_interval": 5, "eval_interval": 5, "eval_iters": 2}}))
+#: the tp1 pp2 dp2 run: 30 iterations in fp32 (Megatron's default without --bf16), so that its losses are the
+#: uninterrupted run the elastic test compares with; retention on it: six saves (5 to 30) with keep_checkpoints=2,
+#: each older save removed once a newer one is verified, the newest two left
+DP2 = ("-e", "tp=1", "-e", "pp=2", "-e", "train_iters=30", "-e", "precision=fp32", "-e", "keep_checkpoints=2")
+
+
+@pytest.fixture(scope="module")
+def tp1_pp2_dp2_run(megatron) -> subprocess.CompletedProcess:
+    """The tp1 pp2 dp2 run, once per module: the end-to-end test checks it, the elastic test trains against it
+    (validation and saves change no training step: the losses are an uninterrupted run's)."""
+    clean_experiment("megatron-tp1pp2")
+    return playbook("train.yml", *DP2, "-e", "exp=megatron-tp1pp2", *MEGATRON, *EVALS)
+
+
 @pytest.mark.parametrize(("tp", "pp", "dp"), [(2, 2, 1), (1, 2, 2)])
-def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron, tp, pp, dp):
+def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron, request, tp, pp, dp):
     exp = f"megatron-tp{tp}pp{pp}"
-    clean_experiment(exp)
-    # validation every 5 iterations (2 batches), checkpoints at 5 and 10
-    evals = ("-e", json.dumps({"training": {"save_interval": 5, "eval_interval": 5, "eval_iters": 2}}))
-    # retention on one layout: six saves (5 to 30) with keep_checkpoints=2; each older save is removed once a newer
-    # one is verified, and the newest two are left
-    keep = ("-e", "keep_checkpoints=2") if dp == 2 else ()
+    evals = EVALS
+    keep = dp == 2
     iters = 30 if keep else 10
-    first = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", f"train_iters={iters}", "-e", f"exp={exp}",
-                     *MEGATRON, *evals, *keep)  # fmt: skip
+    if keep:
+        first = request.getfixturevalue("tp1_pp2_dp2_run")
+    else:
+        clean_experiment(exp)
+        first = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", f"train_iters={iters}",
+                         "-e", f"exp={exp}", *MEGATRON, *evals)  # fmt: skip
     assert first.returncode == 0, first.stdout[-6000:]
     # each save Megatron reported is scanned on the master and judged against .metadata's file list and byte ranges
     for iteration in range(5, iters + 1, 5):
@@ -121,7 +138,7 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
         # identical tensor bytes, sets it aside and resumes from the save before it
         in_container("node1", f"cd {directory} && rm -r iter_0000030 && cp -a iter_0000025 iter_0000030")
         again = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", f"train_iters={iters}",
-                         "-e", f"exp={exp}", *MEGATRON, *evals)  # fmt: skip
+                         "-e", "precision=fp32", "-e", f"exp={exp}", *MEGATRON, *evals)  # fmt: skip
         assert again.returncode == 0, again.stdout[-6000:]
         flagged = "iteration 30 set aside (not resumed from): the same sampled tensor bytes as iteration 25's save"
         assert f"checkpoint   {flagged}" in again.stdout, again.stdout
@@ -274,17 +291,18 @@ def _losses(run_dir) -> dict[int, float]:
     }
 
 
-def test_a_lost_node_with_elastic_resumes_megatron_at_half_the_dp_to_the_uninterrupted_loss(megatron):
+def test_a_lost_node_with_elastic_resumes_megatron_at_half_the_dp_to_the_uninterrupted_loss(tp1_pp2_dp2_run):
     """Issue 11 argued that a torch_dist checkpoint of dp 2 loads on dp 1 and that training goes on as it would
     have: here it runs. In fp32 (Megatron's default without --bf16; dropout is always off) the loss of every
     iteration after the resume equals an uninterrupted run's to 1e-5 (relative)."""
     layout = ("-e", "tp=1", "-e", "pp=2", "-e", "precision=fp32", "-e", "train_iters=30")
     saves = ("-e", json.dumps({"training": {"save_interval": 10, "eval_iters": 0}}))
-    clean_experiment("megatron-straight")
-    straight = playbook("train.yml", *layout, "-e", "exp=megatron-straight", *MEGATRON, *saves)
+    straight = tp1_pp2_dp2_run
     assert straight.returncode == 0, straight.stdout[-6000:]
     assert "layout       tp=1 pp=2 cp=1 vpp=- dp=2" in straight.stdout
-    uninterrupted = _losses(latest_run("megatron-straight"))
+    first_run = re.search(r"report       (\S+)/summary.json", straight.stdout)
+    assert first_run, straight.stdout[-3000:]
+    uninterrupted = _losses(Path(first_run.group(1)))
     assert sorted(uninterrupted) == list(range(1, 31))
 
     exp = "megatron-elastic"
