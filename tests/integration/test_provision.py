@@ -1,6 +1,7 @@
 """provision.yml on the testbed: real SSH to real node containers, real sshd, real torchrun.
 
-Marked `testbed`: `make test` (and CI) run them; `make test-fast` does not.
+Marked `testbed`: `make test` (and CI) run them; `make test-fast` does not. That a second provision.yml changes
+nothing is molecule's idempotence step (`make test` runs `molecule test` after these).
 """
 
 from __future__ import annotations
@@ -38,13 +39,6 @@ def test_converge_reports_every_node(converged):
     # the gloo all-reduce across both nodes was measured and correct
     assert rows[0]["collective"]["inter"]["wrong"] == 0
     assert rows[0]["collective"]["inter"]["busbw_gbps"] > 0
-
-
-def test_second_run_changes_nothing(converged):
-    result = playbook("provision.yml")
-    assert result.returncode == 0, result.stdout[-4000:]
-    counts = recap(result.stdout)
-    assert counts and all(c["changed"] == 0 for c in counts.values()), counts
 
 
 def test_verify_playbook(converged):
