@@ -343,7 +343,7 @@ def _inventory(tmp_path: Path, hosts: str) -> Path:
     return path
 
 
-def _refused(tmp_path: Path, playbook: str, extra: tuple[str, ...], words: str, hosts: str = NODES) -> None:
+def _refused(tmp_path: Path, playbook: str, extra: tuple[str, ...], words: str, hosts: str = NODES) -> str:
     writes = {"runs_dir": tmp_path / "runs", "plan_dir": tmp_path / "plan"}
     defaults = [a for key, path in writes.items() if f"{key}=" not in " ".join(extra) for a in ("-e", f"{key}={path}")]
     result = subprocess.run(
@@ -355,19 +355,21 @@ def _refused(tmp_path: Path, playbook: str, extra: tuple[str, ...], words: str, 
         timeout=300,
     )
     output = result.stdout + result.stderr
-    (tmp_path / "output.txt").write_text(output)
     assert result.returncode != 0, output[-3000:]
     assert words in output, output[-3000:]
     assert not nodes_contacted(output), "a node was contacted before the input was checked"
     assert "Traceback" not in output and "argument_spec_data" not in output, output[-3000:]
     assert "validate_argument_spec" not in output and "has no attribute" not in output, output[-3000:]
     assert not any(path.exists() for path in writes.values()), "a refused input wrote files"
+    return output
 
 
 def _keys(extra: tuple[str, ...]) -> set[str]:
     """The option names an argument vector sets (-e key=value, or -e with a JSON object)."""
-    values = extra[1::2]
-    return {k for v in values for k in (json.loads(v) if v.startswith("{") else {v.split("=", 1)[0]: None})}
+    keys: set[str] = set()
+    for value in extra[1::2]:
+        keys |= set(json.loads(value)) if value.startswith("{") else {value.split("=", 1)[0]}
+    return keys
 
 
 def _batches() -> list[tuple[str, tuple[str, ...], list[str]]]:
@@ -375,7 +377,7 @@ def _batches() -> list[tuple[str, tuple[str, ...], list[str]]]:
     option set twice, none that moves the runs or plan dir. The input check lists every problem at once, so one
     run names each of its cases' options (a case whose message needs the other inputs valid, as the layout's
     maths does, is run alone)."""
-    batches: list[tuple[str, set[str], list[str]]] = []
+    batches: list[tuple[str, set[str], list[str], list[str]]] = []  # playbook, its keys, cases, arguments
     for case, playbook, extra, words in CASES:
         keys = _keys(extra)
         # only a message that names its option ("-e tp='0' must be ...", "tp=3 does not divide ..."), so that it
@@ -385,11 +387,11 @@ def _batches() -> list[tuple[str, tuple[str, ...], list[str]]]:
             continue
         fit = next((b for b in batches if b[0] == playbook and not b[1] & keys), None)
         if fit is None:
-            batches.append(fit := (playbook, set(), []))
+            batches.append(fit := (playbook, set(), [], []))
         fit[1].update(keys)
         fit[2].append(case)
-    by_case = {c[0]: c for c in CASES}
-    return [(pb, tuple(a for case in cases for a in by_case[case][2]), cases) for pb, _, cases in batches]
+        fit[3].extend(extra)
+    return [(playbook, tuple(arguments), cases) for playbook, _, cases, arguments in batches]
 
 
 @pytest.fixture(scope="module")
@@ -399,11 +401,9 @@ def batch_outputs(tmp_path_factory) -> dict[str, tuple[str, str]]:
     for playbook, extra, cases in _batches():
         tmp_path = tmp_path_factory.mktemp("batch")
         try:
-            _refused(tmp_path, playbook, extra, "")  # each case looks for its own words below
-            problem = ""
+            text, problem = _refused(tmp_path, playbook, extra, ""), ""  # each case looks for its own words below
         except AssertionError as error:
-            problem = str(error)
-        text = (tmp_path / "output.txt").read_text() if (tmp_path / "output.txt").exists() else ""
+            text, problem = "", str(error)
         outputs.update({case: (text, problem) for case in cases})
     return outputs
 

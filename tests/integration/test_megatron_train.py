@@ -74,7 +74,6 @@ def tp1_pp2_dp2_run(megatron) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(("tp", "pp", "dp"), [(2, 2, 1), (1, 2, 2)])
 def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron, request, tp, pp, dp):
     exp = f"megatron-tp{tp}pp{pp}"
-    evals = EVALS
     keep = dp == 2
     iters = 30 if keep else 10
     if keep:
@@ -82,7 +81,7 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
     else:
         clean_experiment(exp)
         first = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", f"train_iters={iters}",
-                         "-e", f"exp={exp}", *MEGATRON, *evals)  # fmt: skip
+                         "-e", f"exp={exp}", *MEGATRON, *EVALS)  # fmt: skip
     assert first.returncode == 0, first.stdout[-6000:]
     # each save Megatron reported is scanned on the master and judged against .metadata's file list and byte ranges
     for iteration in range(5, iters + 1, 5):
@@ -138,7 +137,7 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
         # identical tensor bytes, sets it aside and resumes from the save before it
         in_container("node1", f"cd {directory} && rm -r iter_0000030 && cp -a iter_0000025 iter_0000030")
         again = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", f"train_iters={iters}",
-                         "-e", "precision=fp32", "-e", f"exp={exp}", *MEGATRON, *evals)  # fmt: skip
+                         "-e", "precision=fp32", "-e", f"exp={exp}", *MEGATRON, *EVALS)  # fmt: skip
         assert again.returncode == 0, again.stdout[-6000:]
         flagged = "iteration 30 set aside (not resumed from): the same sampled tensor bytes as iteration 25's save"
         assert f"checkpoint   {flagged}" in again.stdout, again.stdout
@@ -154,7 +153,7 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
     in_container("node1", f"truncate -s 1000 {directory}/iter_0000010/__0_0.distcp")
     in_container("node1", f"echo 15 > {directory}/latest_checkpointed_iteration.txt")
     again = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", "train_iters=10", "-e", f"exp={exp}",
-                     *MEGATRON, *evals)  # fmt: skip
+                     *MEGATRON, *EVALS)  # fmt: skip
     assert again.returncode == 0, again.stdout[-6000:]
     assert re.search(r"checkpoint   iteration 10 set aside \(not resumed from\): __0_0.distcp is truncated: "
                      r"1,000 of the [\d,]+ bytes .metadata names", again.stdout), again.stdout  # fmt: skip
