@@ -13,7 +13,7 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from trainops import collective, node_choice  # noqa: E402
+from trainops import collective, health, node_choice  # noqa: E402
 from trainops.options import convert  # noqa: E402
 
 
@@ -86,6 +86,35 @@ def node_collective_facts(result: Mapping[str, Any], cards: int, test_path: str)
             "busbw_gbps": parsed["largest_busbw_gbps"], "wrong": parsed["wrong"] or 0}  # fmt: skip
 
 
+def fleet_run_facts(result: Mapping[str, Any], nodes: list[str], ranks: int, test_path: str) -> dict[str, Any]:
+    """roles/health_fleet_collective's registered run across ``nodes`` as its facts: the nodes, and the bus bandwidth
+    at the largest message, ``skipped`` with why, or the error."""
+    if result.get("rc") == 126:
+        return {"nodes": list(nodes), "skipped": "no mpirun in the training image: no all-reduce across nodes"}
+    return dict(node_collective_facts(result, ranks, test_path), nodes=list(nodes))
+
+
+def fleet_missed(runs: list[Mapping[str, Any]], nodes: list[str], min_busbw_gbps: float) -> bool:
+    """Whether the all-reduce across all ``nodes`` (among ``runs``) failed or missed ``min_busbw_gbps``: then each
+    pair is tested."""
+    fleet = next((r for r in runs if list(r["nodes"]) == list(nodes)), None)
+    if fleet is None or fleet.get("skipped"):
+        return False
+    return bool(fleet.get("error") or fleet.get("wrong")) or float(fleet["busbw_gbps"]) < float(min_busbw_gbps)
+
+
+def fleet_collective_facts(runs: list[Mapping[str, Any]], nodes: list[str], min_busbw_gbps: float) -> dict:
+    """The runs of roles/health_fleet_collective as the facts trainops.health judges: the run across all ``nodes``,
+    the threshold, and each pair's run under ``pairs`` when the pairs were tested."""
+    fleet = next((dict(r) for r in runs if list(r["nodes"]) == list(nodes)), None)
+    fleet = fleet or {"nodes": list(nodes), "error": "no all-reduce across the nodes ran"}
+    fleet["min_busbw_gbps"] = float(min_busbw_gbps)
+    pairs = [dict(r) for r in runs if len(r["nodes"]) == 2 and list(r["nodes"]) != list(nodes)]
+    if pairs:
+        fleet["pairs"] = sorted(pairs, key=lambda r: [nodes.index(n) for n in r["nodes"]])
+    return fleet
+
+
 def chosen_left_out(incident_left_out: Mapping[str, str], nodes: list[str], options: Mapping[str, Any]) -> dict:
     """The nodes a new run leaves out before any node is reached: the incident record's (unless -e use_nodes names
     them) and what -e exclude_nodes and -e use_nodes leave out; a name not in the inventory is refused."""
@@ -152,6 +181,10 @@ class FilterModule:
             "trainops_health_facts": health_facts,
             "trainops_burn_in_facts": burn_in_facts,
             "trainops_node_collective_facts": node_collective_facts,
+            "trainops_fleet_run_facts": fleet_run_facts,
+            "trainops_fleet_missed": fleet_missed,
+            "trainops_fleet_collective_facts": fleet_collective_facts,
+            "trainops_pair_rounds": health.pair_rounds,
             "trainops_chosen_left_out": chosen_left_out,
             "trainops_plan_nodes": plan_nodes,
             "trainops_replan_nodes": replan_nodes,

@@ -155,6 +155,28 @@ def test_the_full_levels_runs_become_the_nodes_burn_in_and_all_reduce_facts():
     )
 
 
+def test_the_runs_across_nodes_become_the_fleets_facts_with_its_pairs():
+    run = FILTERS["trainops_fleet_run_facts"]
+    gloo = '{"backend": "gloo", "world": 6, "bytes": 16777216, "time_us": 61575.8, "busbw_gbps": 0.4541, "wrong": 0}'
+    nodes = ["node1", "node2", "node3"]
+    fleet = run({"rc": 0, "stdout": gloo}, nodes, 6, "")
+    assert fleet == {"tool": "gloo", "ranks": 6, "bytes": 16777216, "busbw_gbps": 0.4541, "wrong": 0, "nodes": nodes}
+    assert run({"rc": 126}, nodes, 24, "/t")["skipped"].startswith("no mpirun in the training image")
+    timed_out = run({"rc": 124, "stdout": "", "stderr": "torch.distributed.DistNetworkError: timed out"}, nodes, 6, "")
+    assert timed_out["error"].startswith("exit 124: torch.distributed.DistNetworkError")
+    missed = FILTERS["trainops_fleet_missed"]
+    assert (missed([fleet], nodes, 0.2), missed([fleet], nodes, 0.5), missed([timed_out], nodes, 0)) == (
+        False, True, True
+    )  # fmt: skip
+    pair = dict(fleet, nodes=["node1", "node3"], busbw_gbps=0.02)
+    first = dict(fleet, nodes=["node2", "node3"], busbw_gbps=0.03)
+    facts = FILTERS["trainops_fleet_collective_facts"]([pair, fleet, first], nodes, "0.5")
+    assert (facts["busbw_gbps"], facts["min_busbw_gbps"]) == (0.4541, 0.5)
+    assert [p["nodes"] for p in facts["pairs"]] == [["node1", "node3"], ["node2", "node3"]]
+    assert FILTERS["trainops_fleet_collective_facts"]([], nodes, 0)["error"] == "no all-reduce across the nodes ran"
+    assert FILTERS["trainops_pair_rounds"](nodes) == [[["node2", "node3"]], [["node1", "node3"]], [["node1", "node2"]]]
+
+
 def test_the_resume_choice_sets_aside_a_truncated_save_and_refuses_when_none_is_left():
     recorded = json.loads((ROOT / "tests" / "fixtures" / "checkpoints" / "megatron-tiny-tp1pp2dp2.json").read_text())
     plan = {"tp": 1, "pp": 2, "job": "megatron", "checkpoint_bytes": 25034240, "checkpoint_dir": recorded["dir"]}

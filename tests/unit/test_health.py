@@ -218,3 +218,95 @@ def test_a_nodes_own_all_reduce_slow_against_the_other_nodes_is_named():
     assert check(wrong["b"], "node_collective")["status"] == "sick" and "3 wrong element(s)" in wrong["b"]["reason"]
     one = health.judge({"a": dict(node(), node_collective={"skipped": "one card: nothing to all-reduce"})})
     assert check(one["a"], "node_collective")["status"] == "skipped" and one["a"]["verdict"] == "healthy"
+
+
+def test_pair_rounds_test_every_pair_once_in_rounds_of_disjoint_pairs():
+    assert health.pair_rounds(["n1", "n2", "n3"]) == [[["n2", "n3"]], [["n1", "n3"]], [["n1", "n2"]]]
+    for count in range(2, 10):
+        nodes = [f"n{i}" for i in range(count)]
+        rounds = health.pair_rounds(nodes)
+        assert len(rounds) == (count - 1 if count % 2 == 0 else count)
+        pairs = [tuple(pair) for r in rounds for pair in r]
+        assert sorted(pairs) == sorted((a, b) for i, a in enumerate(nodes) for b in nodes[i + 1 :])
+        assert all(len({n for pair in r for n in pair}) == 2 * len(r) for r in rounds)  # disjoint in a round
+    assert health.pair_rounds(["n1"]) == []
+
+
+def fleet(busbw: float | None, threshold: float, pairs: dict[str, float | str] | None = None, **more) -> dict:
+    nodes = more.pop("nodes", ["n1", "n2", "n3", "n4"])
+    out = {"nodes": nodes, "tool": "gloo", "ranks": 2 * len(nodes), "bytes": 16 * 2**20, "busbw_gbps": busbw,
+           "min_busbw_gbps": threshold, **more}  # fmt: skip
+    if pairs:
+        out["pairs"] = [
+            {"nodes": key.split("+"), **({"error": value} if isinstance(value, str) else {"busbw_gbps": value})}
+            for key, value in pairs.items()
+        ]
+    return out
+
+
+def test_the_pairs_name_the_node_every_one_of_whose_pairs_is_slow():
+    pairs = {"n1+n2": 0.50, "n3+n4": 0.02, "n1+n3": 0.03, "n2+n4": 0.45, "n1+n4": 0.52, "n2+n3": "exit 124: timeout"}
+    checks = health.fleet_checks(fleet(0.04, 0.2, pairs))
+    slow = checks["n3"]
+    assert (slow["status"], slow["field"]) == ("sick", "fleet_collective.pairs[].busbw_gbps")
+    assert slow["detail"] == (
+        "gloo across 4 nodes (8 ranks): 0.04 GB/s bus bandwidth at 16.00 MiB, under health_min_busbw_gbps=0.2; "
+        "every pair with n3 is slow: n3+n4 0.02 GB/s, n1+n3 0.03 GB/s, n2+n3 failed (exit 124: timeout); its best "
+        "is 0.06x the median node's best pair (0.51)"
+    )
+    assert "check n3's network" in slow["action"]
+    for name in ("n1", "n2", "n4"):
+        assert checks[name]["status"] == "ok" and "n3 explains it" in checks[name]["detail"], checks[name]
+    # judged with the nodes' other checks: n3 is sick, the others healthy
+    facts = {n: dict(node(), fleet_collective=fleet(0.04, 0.2, pairs)) for n in ("n1", "n2", "n3", "n4")}
+    verdicts = health.judge(facts)
+    assert [v["verdict"] for v in verdicts.values()] == ["healthy", "healthy", "sick", "healthy"]
+    assert verdicts["n3"]["reason"].startswith("fleet_collective: gloo across 4 nodes")
+
+
+def test_a_slow_pair_of_fast_nodes_names_the_path_between_them():
+    pairs = {"n1+n2": 0.10, "n3+n4": 0.50, "n1+n3": 0.48, "n2+n4": 0.47, "n1+n4": 0.52, "n2+n3": 0.49}
+    checks = health.fleet_checks(fleet(0.15, 0.2, pairs))
+    for name in ("n1", "n2"):
+        assert checks[name]["status"] == "degraded", checks[name]
+        assert (
+            "the pair n1+n2 is slow (n1+n2 0.1 GB/s, against the median node's best pair 0.51)"
+            in (checks[name]["detail"])
+        )
+        assert checks[name]["action"].startswith("check the path between n1 and n2")
+    assert checks["n3"]["status"] == checks["n4"]["status"] == "ok"
+    assert "n1+n2 explains it" in checks["n3"]["detail"]
+
+
+def test_the_all_reduce_across_the_nodes_at_or_above_its_threshold_needs_no_pairs():
+    checks = health.fleet_checks(fleet(0.45, 0.2))
+    assert {c["status"] for c in checks.values()} == {"ok"}
+    assert checks["n1"]["detail"].endswith("(at or above health_min_busbw_gbps=0.2)")
+    assert health.fleet_checks(fleet(0.45, 0))["n2"]["detail"].endswith("(no threshold set)")
+
+
+def test_what_the_pairs_cannot_place_is_said_not_guessed():
+    two = health.fleet_checks(fleet(0.05, 0.2, nodes=["n1", "n2"]))
+    assert {c["status"] for c in two.values()} == {"degraded"}
+    assert "two nodes cannot tell which of them is slow" in two["n1"]["detail"]
+    failed = health.fleet_checks(fleet(None, 0, {"n1+n2": "exit 1", "n3+n4": "exit 1"}, error="exit 124: timeout"))
+    assert {c["status"] for c in failed.values()} == {"unknown"}
+    assert failed["n1"]["detail"].startswith("gloo across 4 nodes (8 ranks) failed: exit 124: timeout; every pair")
+    even = {"n1+n2": 0.5, "n3+n4": 0.5, "n1+n3": 0.5, "n2+n4": 0.5, "n1+n4": 0.5, "n2+n3": 0.5}
+    together = health.fleet_checks(fleet(0.1, 0.2, even))
+    assert {c["status"] for c in together.values()} == {"unknown"}
+    assert "no pair is slow" in together["n4"]["detail"]
+    skipped = health.fleet_checks(fleet(None, 100, skipped="no mpirun in the training image"))
+    assert {c["status"] for c in skipped.values()} == {"skipped"}
+
+
+def test_a_full_checks_fleet_verdict_is_carried_by_the_quick_check(tmp_path):
+    pairs = {"n1+n2": 0.50, "n1+n3": 0.03, "n2+n3": 0.02}
+    facts = {
+        n: dict(node(), fleet_collective=fleet(0.03, 0.2, pairs, nodes=["n1", "n2", "n3"])) for n in ("n1", "n2", "n3")
+    }
+    verdicts = health.judge(facts)
+    health.record(str(tmp_path), "full", verdicts, facts, 1000.0, "health.yml")
+    carried = health.carried_full(str(tmp_path), ["n1", "n2", "n3"], 1600.0, 3600)
+    assert [c["check"] for c in carried["n3"]] == ["fleet_collective"] and carried["n3"][0]["status"] == "sick"
+    assert health.judge({n: node() for n in ("n1", "n2", "n3")}, carried=carried)["n3"]["verdict"] == "sick"

@@ -24,7 +24,12 @@ The full level adds (:data:`FULL_CHECKS`):
   sick;
 - ``node_collective``: the bus bandwidth of an all-reduce among the node's own cards alone
   (``roles/health_node_collective``: all_reduce_perf -g, gloo on the cpu backend), against the other nodes'
-  median, with the same shares; wrong elements are sick.
+  median, with the same shares; wrong elements are sick;
+- ``fleet_collective``: with three checked nodes or more, an all-reduce across all of them at once, against
+  ``health_min_busbw_gbps``. When it misses that threshold, or fails, every pair of nodes is tested
+  (:func:`pair_rounds`: rounds of disjoint pairs, each round's pairs at the same time) and :func:`fleet_checks`
+  names the node every one of whose pairs is slow (under the shares above of the median node's best pair), or the
+  pair that is slow while each of its nodes is fast with another. Two nodes cannot tell which one is slow.
 
 A full check's results stand for ``health_max_age`` (:func:`carried_full`): the quick check that train.yml runs
 before each launch carries them into its own verdicts, so a node the full level found slow stays out until a
@@ -52,7 +57,7 @@ VERDICTS = ("healthy", "unknown", "degraded", "sick")  # in rising order of conc
 POLICIES = ("off", "warn", "exclude")
 LEVELS = ("quick", "full")
 QUICK_CHECKS = ("cards", "ecc", "thermal", "stack", "disk", "kernel")
-FULL_CHECKS = ("burn_in", "node_collective")
+FULL_CHECKS = ("burn_in", "node_collective", "fleet_collective")
 #: A card's burn-in TFLOP/s, or a node's own all-reduce bus bandwidth, under this share of the other nodes' median:
 #: a rank there would hold the run back (sick); under the second, degraded.
 PEER_SICK = 0.5
@@ -467,6 +472,101 @@ def _node_collective_check(node: str, coll: Mapping[str, Any], others: float | N
                    "node_collective.busbw_gbps")  # fmt: skip
 
 
+def pair_rounds(nodes: Sequence[str]) -> list[list[list[str]]]:
+    """Every pair of ``nodes`` once, in rounds of disjoint pairs (the circle method: ``n - 1`` rounds for an even
+    ``n``, ``n`` for an odd one, a different node resting in each), so that each round's pairs run at once."""
+    ring: list[str | None] = list(nodes) + ([None] if len(nodes) % 2 else [])
+    size = len(ring)
+    rank = {node: i for i, node in enumerate(nodes)}
+    rounds = []
+    for _ in range(size - 1):
+        pairs = [(ring[i], ring[size - 1 - i]) for i in range(size // 2)]
+        rounds.append([sorted((a, b), key=rank.__getitem__) for a, b in pairs if a is not None and b is not None])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return [sorted(r, key=lambda pair: rank[pair[0]]) for r in rounds if r]
+
+
+def _bus(run: Mapping[str, Any]) -> float:
+    """A run's bus bandwidth; a run that failed or returned wrong elements counts as none."""
+    if run.get("error") or run.get("wrong") or run.get("busbw_gbps") is None:
+        return 0.0
+    return float(run["busbw_gbps"])
+
+
+def _pair_text(pair: Mapping[str, Any]) -> str:
+    a, b = pair["nodes"]
+    if pair.get("error"):
+        return f"{a}+{b} failed ({pair['error'][:120]})"
+    return f"{a}+{b} {_bus(pair):.3g} GB/s" + (f" ({pair['wrong']} wrong elements)" if pair.get("wrong") else "")
+
+
+def fleet_checks(fleet: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Each node's ``fleet_collective`` check from the all-reduce across the nodes (``fleet``: the nodes, the
+    run's ``busbw_gbps`` or ``error``, ``min_busbw_gbps`` and, when it missed, ``pairs``: each pair's run).
+
+    A node every one of whose pairs is slow (its best pair under :data:`PEER_SICK` of the median node's best: sick,
+    under :data:`PEER_DEGRADED`: degraded) is named; a slow pair whose nodes are both fast with another node names
+    the path between them (degraded); a miss that no pair explains, or that two nodes cannot place, is said."""
+    nodes = list(fleet.get("nodes") or [])
+    threshold = float(fleet.get("min_busbw_gbps") or 0)
+    if fleet.get("skipped"):
+        return {n: _result("fleet_collective", "skipped", fleet["skipped"]) for n in nodes}
+    busbw = _bus(fleet)
+    what = f"{fleet.get('tool', 'all-reduce')} across {len(nodes)} nodes ({fleet.get('ranks')} ranks)"
+    if fleet.get("error"):
+        head = f"{what} failed: {fleet['error'][:200]}"
+    elif fleet.get("wrong"):
+        head = f"{what} returned {fleet['wrong']} wrong element(s)"
+    else:
+        head = f"{what}: {busbw:.3g} GB/s bus bandwidth at {_size(float(fleet.get('bytes') or 0))}"
+        if busbw >= threshold:
+            limit = f"at or above health_min_busbw_gbps={threshold:g}" if threshold else "no threshold set"
+            return {n: _result("fleet_collective", "ok", f"{head} ({limit})") for n in nodes}
+        head += f", under health_min_busbw_gbps={threshold:g}"
+    pairs = list(fleet.get("pairs") or [])
+    if not pairs:
+        why = "two nodes cannot tell which of them is slow" if len(nodes) == 2 else "no pair was tested"
+        action = "compare the nodes' own checks (burn_in, node_collective); a third node lets the pairs name one"
+        return {n: _result("fleet_collective", "degraded", f"{head}; {why}", action, "fleet_collective.busbw_gbps")
+                for n in nodes}  # fmt: skip
+    best = {n: max((_bus(p) for p in pairs if n in p["nodes"]), default=0.0) for n in nodes}
+    reference = statistics.median(best.values())
+    if reference <= 0:
+        detail = f"{head}; every pair failed too: " + ", ".join(_pair_text(p) for p in pairs)
+        action = "check the network every node shares (the switch, the fabric manager)"
+        return {n: _result("fleet_collective", "unknown", detail, action) for n in nodes}
+    named = {n: best[n] / reference for n in nodes if best[n] / reference < PEER_DEGRADED}
+    slow_pairs = [p for p in pairs if _bus(p) < PEER_DEGRADED * reference and not set(p["nodes"]) & set(named)]
+    explained = ", ".join(sorted(named) + ["+".join(p["nodes"]) for p in slow_pairs])
+    out = {}
+    for node in nodes:
+        own = [p for p in pairs if node in p["nodes"]]
+        shown = ", ".join(_pair_text(p) for p in own)
+        slow = [p for p in slow_pairs if node in p["nodes"]]
+        if node in named:
+            ratio = named[node]
+            detail = (f"{head}; every pair with {node} is slow: {shown}; its best is {ratio:.2f}x the median "
+                      f"node's best pair ({reference:.3g})")  # fmt: skip
+            action = (f"check {node}'s network: its links and ports (ibstat, ip -s link, ethtool), its queueing "
+                      "(tc qdisc), the switch port; then run health.yml -e level=full again")  # fmt: skip
+            out[node] = _result("fleet_collective", "sick" if ratio < PEER_SICK else "degraded", detail, action,
+                                "fleet_collective.pairs[].busbw_gbps")  # fmt: skip
+        elif slow:
+            others = ", ".join("+".join(p["nodes"]) for p in slow)
+            detail = (f"{head}; the pair {others} is slow ({', '.join(_pair_text(p) for p in slow)}, against "
+                      f"the median node's best pair {reference:.3g}) while each node is fast with another")  # fmt: skip
+            action = f"check the path between {others.replace('+', ' and ')} (their switch ports, the route between)"
+            out[node] = _result("fleet_collective", "degraded", detail, action, "fleet_collective.pairs[].busbw_gbps")
+        elif explained:
+            out[node] = _result("fleet_collective", "ok", f"{head}; {explained} explains it; the pairs with {node}: "
+                                f"{shown}")  # fmt: skip
+        else:
+            detail = f"{head}; no pair is slow ({shown}): the whole fleet misses it together"
+            out[node] = _result("fleet_collective", "unknown", detail, "check the network every node shares, or the "
+                                "threshold")  # fmt: skip
+    return out
+
+
 def judge(
     facts_by_node: Mapping[str, Mapping[str, Any]],
     expected: Mapping[str, Any] | None = None,
@@ -508,6 +608,8 @@ def judge(
         if (f.get("node_collective") or {}).get("busbw_gbps") is not None
     }
     stacks = _stack_checks(facts_by_node, devices, order)
+    fleet = next((f["fleet_collective"] for f in facts_by_node.values() if f.get("fleet_collective")), None)
+    fleet_results = fleet_checks(fleet) if fleet else {}
     verdicts = {}
     for node in order:
         facts = facts_by_node[node]
@@ -535,6 +637,8 @@ def judge(
                 peers = [b for n, b in busbw.items() if n != node]
                 median = statistics.median(peers) if peers else None
                 checks.append(_node_collective_check(node, facts["node_collective"], median))
+            if node in fleet_results:
+                checks.append(fleet_results[node])
         verdicts[node] = verdict_of(node, checks + [dict(c) for c in carried.get(node, [])])
     return verdicts
 

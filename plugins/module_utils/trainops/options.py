@@ -259,6 +259,10 @@ OPTIONS: dict[str, Option] = {
            docs="docs/health.md"),
         _o("health_burn_in_s", "float", "Seconds each card multiplies matrices at health.yml -e level=full.",
            ("health",), 10.0, minimum=1.0, docs="docs/health.md"),
+        _o("health_min_busbw_gbps", "float", "Bus bandwidth (GB/s) the full level's all-reduce across every checked "
+           "node must reach; under it, or when it fails, every pair of nodes is tested to name the slow one. Unset: "
+           "the backend profile's collective_min_busbw_gbps (0 on cpu: pairs only after a failure).", ("health",),
+           minimum=0.0, docs="docs/health.md"),
         _o("health_max_age", "float", "Hours a full health check's results stand: train.yml's quick check carries "
            "them (0: not at all).", ("train",), 24.0, minimum=0.0, docs="docs/health.md"),
         _o("health", "choice", "What train.yml does with a sick node before a launch: leave it out (exclude), only "
