@@ -75,14 +75,19 @@ def unfit() -> list[str]:
     return problems
 
 
+def node_container(node: str) -> str:
+    """The node container of an inventory name: node1 is mtt-node-1 (a third node, node3, is mtt-node-3)."""
+    return NODE_CONTAINERS.get(node) or f"mtt-node-{node.removeprefix('node')}"
+
+
 def in_node(node: str, command: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run a shell command on a node (through the controller's engine, for inspection only)."""
-    return docker("exec", NODE_CONTAINERS[node], "sh", "-c", command, check=check)
+    return docker("exec", node_container(node), "sh", "-c", command, check=check)
 
 
 def in_container(node: str, command: str, container: str = "train", check: bool = True):
     """Run a shell command in a node's training container."""
-    return docker("exec", NODE_CONTAINERS[node], "docker", "exec", container, "sh", "-c", command, check=check)
+    return docker("exec", node_container(node), "docker", "exec", container, "sh", "-c", command, check=check)
 
 
 def clean_experiment(exp: str) -> None:
@@ -115,11 +120,11 @@ def latest_run(exp: str) -> Path:
     return runs[-1]
 
 
-def train_in_background(*extra: str, output: Path | None = None) -> subprocess.Popen:
+def train_in_background(*extra: str, output: Path | None = None, inventory: Path | str = INVENTORY) -> subprocess.Popen:
     """train.yml with the SMALL run, in the background; its output to ``output`` (a file) or a pipe."""
     sink = open(output, "w") if output else subprocess.PIPE  # noqa: SIM115 - the child owns it until it ends
     return subprocess.Popen(
-        [str(BIN / "ansible-playbook"), "-i", str(INVENTORY), "train.yml", *SMALL, *extra],
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), "train.yml", *SMALL, *extra],
         cwd=ROOT,
         env=env(),
         stdout=sink,

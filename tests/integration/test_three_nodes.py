@@ -1,0 +1,132 @@
+"""What needs a third node, on a testbed grown to three for this module and shrunk back to two after it: the full
+health check's pairs naming the node whose link is slowed (a real rate limit on node3's interface: tc tbf, since
+this kernel has no netem), and a spare taking the place of a hung rank's node in an elastic restart. Every verdict
+comes from health.yml or train.yml over SSH. An elastic re-plan without a spare (a lost node, at half the dp) is
+test_megatron_train.py's."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+
+import pytest
+
+from testbed import (
+    INVENTORY,
+    ROOT,
+    in_container,
+    in_node,
+    inventory_copy,
+    latest_run,
+    playbook,
+    rank_pid,
+    train_in_background,
+    wait_for_checkpoint,
+)
+
+pytestmark = pytest.mark.testbed
+NODES = ("node1", "node2", "node3")
+
+
+def _clean(exp: str) -> None:
+    for node in NODES:
+        in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
+
+
+@pytest.fixture(scope="module")
+def three_nodes(provisioned):
+    """node3 added to the testbed (testbed/up.yml with three nodes; node1 and node2 stay as they are) and
+    provision.yml over the three. At the end the two-node inventory is put back: node3 stays up, idle and out of
+    every inventory, until the session's testbed-down (removing it here would cost a minute of the suite)."""
+    hosts = INVENTORY / "hosts.yml"
+    two_nodes = hosts.read_text()
+    try:
+        up = playbook("testbed/up.yml", "-e", "testbed_nodes=3")
+        assert up.returncode == 0, up.stdout[-4000:]
+        provision = playbook("provision.yml")
+        assert provision.returncode == 0, provision.stdout[-6000:]
+        yield
+    finally:
+        hosts.write_text(two_nodes)
+
+
+@contextlib.contextmanager
+def link_slowed(node: str, rate: str):
+    """A token-bucket rate limit on the node's interface (its own network namespace): every byte it sends to the
+    other nodes goes out at ``rate`` at most, as through a link trained down to a lower speed."""
+    in_node(node, f"tc qdisc add dev eth0 root tbf rate {rate} burst 256kb latency 50ms")
+    try:
+        yield
+    finally:
+        in_node(node, "tc qdisc del dev eth0 root", check=False)
+
+
+def test_the_pairs_name_the_node_whose_link_is_slow(three_nodes, tmp_path):
+    # the threshold: half the bus bandwidth provision.yml's all-reduce across the three nodes measured, unslowed
+    recorded = json.loads(in_container("node1", "cat /var/lib/mtt-train-ops/collective.json").stdout)
+    threshold = recorded["results"]["inter"]["busbw_gbps"] / 2
+    with link_slowed("node3", "1gbit"):
+        result = playbook("playbooks/health.yml", "-e", "level=full", "-e", "health_burn_in_s=2",
+                          "-e", f"health_min_busbw_gbps={threshold:.4f}", "-e", f"health_dir={tmp_path}")  # fmt: skip
+    assert result.returncode != 0, result.stdout[-4000:]
+    (path,) = tmp_path.glob("*-full/health.json")
+    record = json.loads(path.read_text())
+    fleet = {node: next(c for c in v["checks"] if c["check"] == "fleet_collective") for node, v in
+             record["verdicts"].items()}  # fmt: skip
+    assert fleet["node3"]["status"] == "sick", fleet
+    assert record["verdicts"]["node3"]["verdict"] == "sick"
+    assert re.match(r"gloo across 3 nodes \(6 ranks\): [\d.]+ GB/s bus bandwidth at 16\.00 MiB, under "
+                    r"health_min_busbw_gbps=[\d.]+; every pair with node3 is slow: node1\+node3 [\d.]+ GB/s, "
+                    r"node2\+node3 [\d.]+ GB/s; its best is 0\.\d\dx", fleet["node3"]["detail"])  # fmt: skip
+    assert fleet["node3"]["field"] == "fleet_collective.pairs[].busbw_gbps"
+    for node in ("node1", "node2"):
+        assert fleet[node]["status"] == "ok" and "node3 explains it" in fleet[node]["detail"], fleet[node]
+    # every pair was measured, in three rounds; the pair without node3 is the fast one
+    pairs = {"+".join(p["nodes"]): p["busbw_gbps"] for p in record["facts"]["node1"]["fleet_collective"]["pairs"]}
+    assert sorted(pairs) == ["node1+node2", "node1+node3", "node2+node3"]
+    assert pairs["node1+node2"] > 2 * max(pairs["node1+node3"], pairs["node2+node3"]), pairs
+    assert "node3  sick      " in result.stdout and "fleet_collective sick: " in result.stdout
+
+
+def test_a_spare_takes_the_place_of_a_hung_ranks_node_in_the_elastic_restart(three_nodes, tmp_path):
+    """node3 is a spare: the run is planned on node1 and node2; rank 2 (node2) is stopped with SIGSTOP; the elastic
+    restart isolates node2 and node3 takes its node rank, so the world size, layout and global batch stay."""
+    exp = "spare-hang"
+    _clean(exp)
+    inventory = inventory_copy(tmp_path, node3={"spare": True})
+    job = train_in_background("-e", "train_iters=400", "-e", f"exp={exp}", "-e", "max_restarts=1",
+                              "-e", "elastic=true", "-e", "hang_timeout=15", "-e", f"health_dir={tmp_path / 'health'}",
+                              "-e", json.dumps({"training": {"save_interval": 5}}), inventory=inventory)  # fmt: skip
+    try:
+        wait_for_checkpoint(exp, 5)
+        in_container("node2", f"kill -STOP {rank_pid('node2', exp, 2)}")
+        output, _ = job.communicate(timeout=900)
+    finally:
+        job.kill()
+    assert job.returncode == 0, output[-6000:]
+    said = " ".join(output.split())
+    change = re.search(r"re-planned without node2 \(-e elastic=true\): (.*?); starting attempt 2", said)
+    assert change, said[-6000:]
+    assert change.group(1).startswith("nodes 2 -> 2, global batch 8 unchanged, node2 left out: isolated as the "
+                                      "hang's culprit in attempt 1 (node2 rank 2 (local rank 0): hung: state T"), (
+        change.group(1)
+    )  # fmt: skip
+    assert change.group(1).endswith("node3 (a spare) takes a place"), change.group(1)
+    run_dir = latest_run(exp)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["last_iteration"] == 400
+    first = summary["attempts"][0]
+    assert (first["kind"], first["node"], first["rank"]) == ("hang", "node2", 2)
+    plan = json.loads((run_dir / "plan" / "plan.json").read_text())
+    assert [(n["name"], n["node_rank"]) for n in plan["nodes"]] == [("node1", 0), ("node3", 1)]
+    assert (plan["world_size"], plan["dp"], plan["global_batch_size"]) == (4, 4, 8)
+    incidents = [json.loads(line) for line in (ROOT / "runs" / "incidents.jsonl").read_text().splitlines()]
+    assert [(i["node"], i["kind"], i["rank"], i["counts"]) for i in incidents] == [("node2", "hang", 2, True)]
+    assert (
+        incidents[0]["run"] == f"{exp}/{run_dir.name}" and incidents[0]["evidence"] == f"{exp}/{run_dir.name}/attempt-1"
+    )
+    assert f"incident     node2: hang, attempt 1 of {exp}/{run_dir.name} (counts against it)" in output
+    for node in NODES:  # stop.yml after the run: no rank left anywhere, node2's stopped one included
+        running = in_container(node, "ps -eo args").stdout
+        assert "smoke_train.py" not in running, f"ranks left on {node}"
