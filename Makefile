@@ -3,7 +3,6 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
-PLAYBOOKS := $(wildcard playbooks/*.yml) $(wildcard *.yml)
 
 .PHONY: demo demo-slurm setup plan test test-fast lint bench clean testbed-up testbed-down molecule card-check megatron-src
 
@@ -62,7 +61,6 @@ molecule: setup
 lint: setup
 	$(BIN)/ruff check plugins roles tests benchmarks tools testbed jobs
 	$(BIN)/ruff format --check plugins roles tests benchmarks tools jobs
-	for p in $(PLAYBOOKS); do $(BIN)/ansible-playbook --syntax-check "$$p" || exit 1; done
 	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml train.yml stop.yml testbed molecule
 	$(BIN)/shellcheck testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \
 		testbed/images/training-suite-standin/rootfs/usr/local/bin/mthreads-gmi \

@@ -29,8 +29,11 @@ from testbed import no_rank_left as _no_rank_left
 
 pytestmark = pytest.mark.testbed
 
-#: The testbed inventory's hang_timeout (inventory/testbed/hosts.yml).
-HANG_TIMEOUT = 30
+#: The hang tests' own -e hang_timeout: the smoke job prints an iteration every few hundredths of a second, and its
+#: ranks start in a few seconds, so 15 s without one is a hang (the testbed inventory's 30 s would cost each test
+#: 15 s more of waiting).
+HANG_TIMEOUT = 15
+HANG_LIMIT = ("-e", f"hang_timeout={HANG_TIMEOUT}")
 
 
 def _evidence(run_dir: Path) -> dict[int, str]:
@@ -44,7 +47,7 @@ def _evidence(run_dir: Path) -> dict[int, str]:
 def _run_with_fault(exp: str, inject: Callable[[], object]) -> tuple[str, int, float]:
     """A long smoke run with a fault injected once it iterates: (output, exit status, seconds after the fault)."""
     _clean(exp)
-    job = train_in_background("-e", "train_iters=100000", "-e", f"exp={exp}")
+    job = train_in_background("-e", "train_iters=100000", "-e", f"exp={exp}", *HANG_LIMIT)
     try:
         wait_for_iterations(exp)
         inject()
@@ -121,7 +124,9 @@ def test_on_hang_warn_shows_the_diagnosis_keeps_watching_and_status_names_the_cu
     exp = "hang-warn"
     _clean(exp)
     log = tmp_path / "train.out"
-    job = train_in_background("-e", "train_iters=400", "-e", f"exp={exp}", "-e", "on_hang=warn", output=log)
+    job = train_in_background(
+        "-e", "train_iters=400", "-e", f"exp={exp}", "-e", "on_hang=warn", *HANG_LIMIT, output=log
+    )
     try:
         wait_for_iterations(exp)
         pid = rank_pid("node2", exp, 3)
@@ -136,7 +141,7 @@ def test_on_hang_warn_shows_the_diagnosis_keeps_watching_and_status_names_the_cu
         # status.yml, while the rank is still stopped: the culprit named, nothing written outside the watcher's
         # own evidence (train.yml's watcher, still running, may diagnose again into its run's hang/)
         before = _files(ROOT / "runs")
-        status = playbook("playbooks/status.yml")
+        status = playbook("playbooks/status.yml", *HANG_LIMIT)
         assert status.returncode == 0, status.stdout[-4000:]
         assert re.search(r"hang     high confidence: node2 rank 3 \(local rank 1\): state T", status.stdout), (
             status.stdout[-4000:]
