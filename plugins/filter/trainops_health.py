@@ -94,10 +94,15 @@ def fleet_run_facts(result: Mapping[str, Any], nodes: list[str], ranks: int, tes
     return dict(node_collective_facts(result, ranks, test_path), nodes=list(nodes))
 
 
+def _run_across(runs: list[Mapping[str, Any]], nodes: list[str]) -> dict[str, Any] | None:
+    """The run across all ``nodes`` among ``runs`` (the others are pairs), as a copy."""
+    return next((dict(r) for r in runs if list(r["nodes"]) == list(nodes)), None)
+
+
 def fleet_missed(runs: list[Mapping[str, Any]], nodes: list[str], min_busbw_gbps: float) -> bool:
     """Whether the all-reduce across all ``nodes`` (among ``runs``) failed or missed ``min_busbw_gbps``: then each
     pair is tested."""
-    fleet = next((r for r in runs if list(r["nodes"]) == list(nodes)), None)
+    fleet = _run_across(runs, nodes)
     if fleet is None or fleet.get("skipped"):
         return False
     return bool(fleet.get("error") or fleet.get("wrong")) or float(fleet["busbw_gbps"]) < float(min_busbw_gbps)
@@ -106,8 +111,7 @@ def fleet_missed(runs: list[Mapping[str, Any]], nodes: list[str], min_busbw_gbps
 def fleet_collective_facts(runs: list[Mapping[str, Any]], nodes: list[str], min_busbw_gbps: float) -> dict:
     """The runs of roles/health_fleet_collective as the facts trainops.health judges: the run across all ``nodes``,
     the threshold, and each pair's run under ``pairs`` when the pairs were tested."""
-    fleet = next((dict(r) for r in runs if list(r["nodes"]) == list(nodes)), None)
-    fleet = fleet or {"nodes": list(nodes), "error": "no all-reduce across the nodes ran"}
+    fleet = _run_across(runs, nodes) or {"nodes": list(nodes), "error": "no all-reduce across the nodes ran"}
     fleet["min_busbw_gbps"] = float(min_busbw_gbps)
     pairs = [dict(r) for r in runs if len(r["nodes"]) == 2 and list(r["nodes"]) != list(nodes)]
     if pairs:
