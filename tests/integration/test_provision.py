@@ -7,6 +7,7 @@ nothing is molecule's idempotence step (`make test` runs `molecule test` after t
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import time
 
@@ -119,6 +120,24 @@ def test_a_wrong_image_is_named_and_the_other_node_untouched(converged, tmp_path
     assert "node2: cannot pull mtt-no-such-image:1" in result.stdout
     assert recap(result.stdout)["node1"]["changed"] == 0
     assert in_node("node1", "docker inspect -f '{{.Id}}' train").stdout == before
+
+
+def test_another_image_under_the_archives_tag_is_replaced_by_the_archives(converged):
+    """A node that holds another image under the archive's tag (an image built again keeps its tag) loads the
+    archive again: every node runs the archive's image, not whichever the tag pointed at before."""
+    tag = in_node("node2", "docker inspect -f '{{.Config.Image}}' train").stdout.strip()
+    archive_image = in_node("node2", f"docker image inspect -f '{{{{.Id}}}}' {tag}").stdout.strip()
+    in_node("node2", f"docker commit train mtt-another-build:1 >/dev/null && docker tag mtt-another-build:1 {tag}")
+    try:
+        result = playbook("provision.yml")
+        assert result.returncode == 0, result.stdout[-4000:]
+        loaded = re.search(
+            r"TASK \[container : Load the archive into the node's engine\][^\n]*\n(.*?)\n\n", result.stdout, re.S
+        )
+        assert loaded and loaded.group(1).strip() == "changed: [node2]", result.stdout[-6000:]
+        assert in_node("node2", f"docker image inspect -f '{{{{.Id}}}}' {tag}").stdout.strip() == archive_image
+    finally:
+        in_node("node2", "docker image rm mtt-another-build:1", check=False)
 
 
 @contextlib.contextmanager
