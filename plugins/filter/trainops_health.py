@@ -62,36 +62,33 @@ def burn_in_facts(result: Mapping[str, Any]) -> dict[str, Any]:
     return facts if isinstance(facts, dict) else {"error": f"not a burn-in result: {facts!r}"[:300]}
 
 
-def node_collective_facts(result: Mapping[str, Any], cards: int, test_path: str) -> dict[str, Any]:
-    """roles/health_node_collective's registered run as the node's all-reduce facts: the bus bandwidth at the
-    largest message (gloo's JSON line, or all_reduce_perf's table), ``skipped`` with why, or the error."""
-    if cards < 2:
-        return {"skipped": "one card: nothing to all-reduce within the node"}
+def collective_run_facts(result: Mapping[str, Any], nodes: list[str], cards: int, test_path: str) -> dict[str, Any]:
+    """roles/health_collective's registered run across ``nodes`` (one node alone, all, or a pair), each with
+    ``cards`` ranks, as its facts: the nodes, and the bus bandwidth at the largest message (gloo's JSON line, or
+    all_reduce_perf's table), ``skipped`` with why, or the error."""
+    ranks, facts = cards * len(nodes), {"nodes": list(nodes)}
+    if ranks < 2:
+        return dict(facts, skipped="one card: nothing to all-reduce within the node")
+    if result.get("rc") == 126 and len(nodes) > 1:
+        return dict(facts, skipped="no mpirun in the training image: no all-reduce across nodes")
     if result.get("rc") == 127:
-        return {"skipped": f"no all_reduce_perf at {test_path or '(none configured)'} in the training container"}
+        where = test_path or "(none configured)"
+        return dict(facts, skipped=f"no all_reduce_perf at {where} in the training container")
     text = result.get("stdout") or ""
     if result.get("rc", 1) != 0:
         why = ((result.get("stderr") or "") + " " + text).strip()[-300:] or result.get("msg", "no output")
-        return {"error": f"exit {result.get('rc', '?')}: {why}"}
+        return dict(facts, error=f"exit {result.get('rc', '?')}: {why}")
     lines = [line for line in text.splitlines() if line.startswith("{")]
     try:
         if lines:
             measured = json.loads(lines[-1])
-            return {"tool": "gloo", "ranks": cards, "bytes": measured["bytes"], "busbw_gbps": measured["busbw_gbps"],
-                    "wrong": measured.get("wrong", 0)}  # fmt: skip
+            return dict(facts, tool="gloo", ranks=ranks, bytes=measured["bytes"], busbw_gbps=measured["busbw_gbps"],
+                        wrong=measured.get("wrong", 0))  # fmt: skip
         parsed = collective.parse_allreduce_perf(text)
     except (ValueError, KeyError, collective.CollectiveParseError) as exc:
-        return {"error": f"the all-reduce's output could not be read: {exc}"[:300]}
-    return {"tool": "all_reduce_perf", "ranks": cards, "bytes": parsed["largest_size_bytes"],
-            "busbw_gbps": parsed["largest_busbw_gbps"], "wrong": parsed["wrong"] or 0}  # fmt: skip
-
-
-def fleet_run_facts(result: Mapping[str, Any], nodes: list[str], ranks: int, test_path: str) -> dict[str, Any]:
-    """roles/health_fleet_collective's registered run across ``nodes`` as its facts: the nodes, and the bus bandwidth
-    at the largest message, ``skipped`` with why, or the error."""
-    if result.get("rc") == 126:
-        return {"nodes": list(nodes), "skipped": "no mpirun in the training image: no all-reduce across nodes"}
-    return dict(node_collective_facts(result, ranks, test_path), nodes=list(nodes))
+        return dict(facts, error=f"the all-reduce's output could not be read: {exc}"[:300])
+    return dict(facts, tool="all_reduce_perf", ranks=ranks, bytes=parsed["largest_size_bytes"],
+                busbw_gbps=parsed["largest_busbw_gbps"], wrong=parsed["wrong"] or 0)  # fmt: skip
 
 
 def _run_across(runs: list[Mapping[str, Any]], nodes: list[str]) -> dict[str, Any] | None:
@@ -109,8 +106,8 @@ def fleet_missed(runs: list[Mapping[str, Any]], nodes: list[str], min_busbw_gbps
 
 
 def fleet_collective_facts(runs: list[Mapping[str, Any]], nodes: list[str], min_busbw_gbps: float) -> dict:
-    """The runs of roles/health_fleet_collective as the facts trainops.health judges: the run across all ``nodes``,
-    the threshold, and each pair's run under ``pairs`` when the pairs were tested."""
+    """The runs of roles/health_collective across nodes as the facts trainops.health judges: the run across all
+    ``nodes``, the threshold, and each pair's run under ``pairs`` when the pairs were tested."""
     fleet = _run_across(runs, nodes) or {"nodes": list(nodes), "error": "no all-reduce across the nodes ran"}
     fleet["min_busbw_gbps"] = float(min_busbw_gbps)
     pairs = [dict(r) for r in runs if len(r["nodes"]) == 2 and list(r["nodes"]) != list(nodes)]
@@ -184,8 +181,7 @@ class FilterModule:
         return {
             "trainops_health_facts": health_facts,
             "trainops_burn_in_facts": burn_in_facts,
-            "trainops_node_collective_facts": node_collective_facts,
-            "trainops_fleet_run_facts": fleet_run_facts,
+            "trainops_collective_run_facts": collective_run_facts,
             "trainops_fleet_missed": fleet_missed,
             "trainops_fleet_collective_facts": fleet_collective_facts,
             "trainops_pair_rounds": health.pair_rounds,

@@ -139,30 +139,32 @@ def test_the_full_levels_runs_become_the_nodes_burn_in_and_all_reduce_facts():
     assert burn({"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: torch"}) == {
         "error": "exit 1: ModuleNotFoundError: torch"
     }
-    coll = FILTERS["trainops_node_collective_facts"]
+    coll = FILTERS["trainops_collective_run_facts"]
     gloo = '{"backend": "gloo", "world": 2, "bytes": 16777216, "time_us": 9000.0, "busbw_gbps": 1.8641, "wrong": 0}'
-    assert coll({"rc": 0, "stdout": "W1203 torchrun warning\n" + gloo}, 2, "") == {
-        "tool": "gloo", "ranks": 2, "bytes": 16777216, "busbw_gbps": 1.8641, "wrong": 0
+    assert coll({"rc": 0, "stdout": "W1203 torchrun warning\n" + gloo}, ["node1"], 2, "") == {
+        "nodes": ["node1"], "tool": "gloo", "ranks": 2, "bytes": 16777216, "busbw_gbps": 1.8641, "wrong": 0
     }  # fmt: skip
     table = (ROOT / "tests" / "fixtures" / "allreduce" / "no-check.txt").read_text()  # 8 x S5000, 1 GiB
-    assert coll({"rc": 0, "stdout": table}, 8, "/usr/local/bin/all_reduce_perf") == {
-        "tool": "all_reduce_perf", "ranks": 8, "bytes": 1073741824, "busbw_gbps": 234.55, "wrong": 0
+    assert coll({"rc": 0, "stdout": table}, ["node1"], 8, "/usr/local/bin/all_reduce_perf") == {
+        "nodes": ["node1"], "tool": "all_reduce_perf", "ranks": 8, "bytes": 1073741824, "busbw_gbps": 234.55,
+        "wrong": 0,
     }  # fmt: skip
-    assert coll({"rc": 127}, 8, "/x/all_reduce_perf")["skipped"].startswith("no all_reduce_perf at /x/all_reduce_perf")
-    assert coll({}, 1, "")["skipped"] == "one card: nothing to all-reduce within the node"
-    assert coll({"rc": 1, "stdout": "", "stderr": "RuntimeError: Connection reset"}, 2, "")["error"].startswith(
+    assert coll({"rc": 127}, ["n"], 8, "/x/all_reduce_perf")["skipped"].startswith("no all_reduce_perf at /x/all_red")
+    assert coll({"skipped": True}, ["n"], 1, "")["skipped"] == "one card: nothing to all-reduce within the node"
+    assert coll({"rc": 1, "stdout": "", "stderr": "RuntimeError: Connection reset"}, ["n"], 2, "")["error"].startswith(
         "exit 1"
     )
 
 
 def test_the_runs_across_nodes_become_the_fleets_facts_with_its_pairs():
-    run = FILTERS["trainops_fleet_run_facts"]
+    run = FILTERS["trainops_collective_run_facts"]
     gloo = '{"backend": "gloo", "world": 6, "bytes": 16777216, "time_us": 61575.8, "busbw_gbps": 0.4541, "wrong": 0}'
     nodes = ["node1", "node2", "node3"]
-    fleet = run({"rc": 0, "stdout": gloo}, nodes, 6, "")
+    fleet = run({"rc": 0, "stdout": gloo}, nodes, 2, "")
     assert fleet == {"tool": "gloo", "ranks": 6, "bytes": 16777216, "busbw_gbps": 0.4541, "wrong": 0, "nodes": nodes}
-    assert run({"rc": 126}, nodes, 24, "/t")["skipped"].startswith("no mpirun in the training image")
-    timed_out = run({"rc": 124, "stdout": "", "stderr": "torch.distributed.DistNetworkError: timed out"}, nodes, 6, "")
+    assert run({"rc": 126}, nodes, 8, "/t")["skipped"].startswith("no mpirun in the training image")
+    assert run({"rc": 0, "stdout": gloo}, ["node1", "node2"], 1, "")["ranks"] == 2  # one card each: still a run
+    timed_out = run({"rc": 124, "stdout": "", "stderr": "torch.distributed.DistNetworkError: timed out"}, nodes, 2, "")
     assert timed_out["error"].startswith("exit 124: torch.distributed.DistNetworkError")
     missed = FILTERS["trainops_fleet_missed"]
     assert (missed([fleet], nodes, 0.2), missed([fleet], nodes, 0.5), missed([timed_out], nodes, 0)) == (

@@ -23,7 +23,7 @@ The full level adds (:data:`FULL_CHECKS`):
   sick (a rank there would hold every other back), under :data:`PEER_DEGRADED` degraded; a card that failed is
   sick;
 - ``node_collective``: the bus bandwidth of an all-reduce among the node's own cards alone
-  (``roles/health_node_collective``: all_reduce_perf -g, gloo on the cpu backend), against the other nodes'
+  (``roles/health_collective`` on the node alone: all_reduce_perf -g, gloo on the cpu backend), against the other nodes'
   median, with the same shares; wrong elements are sick;
 - ``fleet_collective``: with three checked nodes or more, an all-reduce across all of them at once, against
   ``health_min_busbw_gbps``. When it misses that threshold, or fails, every pair of nodes is tested
