@@ -236,9 +236,17 @@ prune_old_tags() {
 save_archive() {
   local tag="$1" archive="$2" started=${SECONDS}
   mkdir -p "$(dirname "${archive}")"
+  # a cached archive counts only when it holds the image the tag names now: an image built again (an emptied
+  # engine, --force) keeps its tag but not its ID, and the nodes would load the older build
+  local want held
+  want=$(docker image inspect -f '{{.Id}}' "${tag}")
   if [[ -s ${archive} ]]; then
-    log "${archive}: present (cached)"
-    return
+    held=$(python3 "${SCRIPT_DIR}/../roles/container/files/archive_image_ids.py" "${archive}" "${tag}" || true)
+    if [[ ${held} == *"\"${want}\""* ]]; then
+      log "${archive}: present (cached)"
+      return
+    fi
+    log "${archive}: holds ${held:-no readable image} for ${tag}, not ${want}: saving it again"
   fi
   log "${tag}: docker save -> ${archive}"
   docker save -o "${archive}.partial" "${tag}"
