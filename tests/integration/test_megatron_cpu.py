@@ -12,14 +12,13 @@ The image must hold a Megatron-LM tree (make megatron-src); without one the modu
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import subprocess
 import uuid
 
 import pytest
 
-from testbed import ROOT, env
+from testbed import ROOT, env, images
 
 pytestmark = pytest.mark.testbed
 
@@ -48,8 +47,8 @@ def container():
     for step in (["testbed/host-setup.sh"], ["testbed/build-images.sh"]):
         done = _run(*step, timeout=3600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    images = json.loads(_run("testbed/build-images.sh", "--print").stdout)
-    if not images["standin_megatron_tree"]:
+    built = images()
+    if not built["standin_megatron_tree"]:
         pytest.skip(
             "the stand-in image has no Megatron-LM tree: run `make megatron-src MEGATRON_TARBALL=<core_v0.14.0 "
             "tarball>` (or MEGATRON_GIT=<clone>) first"
@@ -57,7 +56,7 @@ def container():
     name = f"mtt-megatron-cpu-{uuid.uuid4().hex[:8]}"
     started = _run(
         "docker", "run", "-d", "--rm", "--name", name, "--network", "none", "--shm-size", "1g",
-        "-e", "OMP_NUM_THREADS=1", "-e", "PYTHONDONTWRITEBYTECODE=1", images["standin_image"], "sleep", "infinity",
+        "-e", "OMP_NUM_THREADS=1", "-e", "PYTHONDONTWRITEBYTECODE=1", built["standin_image"], "sleep", "infinity",
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
     yield name

@@ -7,22 +7,20 @@ nothing is molecule's idempotence step (`make test` runs `molecule test` after t
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import socket
-import subprocess
 import time
 
 import pytest
 import yaml
 
 from testbed import NODE_CONTAINERS as NODE_CONTAINERS_BY_NAME
-from testbed import ROOT, docker, in_container, in_node, inventory_copy, playbook, recap
+from testbed import ROOT, docker, images, in_container, in_node, inventory_copy, playbook, recap
 
 pytestmark = pytest.mark.testbed
 
 
-#: node2's engine before the converging run: the archive's tag, and the other build put under it
+#: the other build put under the archive's tag on node2 before the converging run
 DRIFT = {}
 
 
@@ -31,10 +29,8 @@ def converged(testbed):
     """provision.yml's own output, over a testbed where node2 holds another build under the archive's tag (an image
     built again keeps its tag; here an empty image); afterwards, provisioned again for the next module (these tests
     break nodes in ways the shared fixture's quick check does not look for: a changed container, a held port)."""
-    printed = subprocess.run([str(ROOT / "testbed" / "build-images.sh"), "--print"], capture_output=True, text=True)
-    DRIFT["tag"] = json.loads(printed.stdout)["standin_image"]
     DRIFT["other"] = in_node("node2", "tar cf - -T /dev/null | docker import - mtt-another-build:1").stdout.strip()
-    in_node("node2", f"docker tag mtt-another-build:1 {DRIFT['tag']}")
+    in_node("node2", f"docker tag mtt-another-build:1 {images()['standin_image']}")
     result = playbook("provision.yml")
     in_node("node2", "docker image rm mtt-another-build:1", check=False)
     assert result.returncode == 0, result.stdout[-6000:]

@@ -107,10 +107,15 @@ def no_rank_left() -> None:
 SMALL = ("-e", "model=tiny", "-e", "seq_length=128", "-e", "num_microbatches=2", "-e", "progress_interval=2")
 
 
+def images() -> dict:
+    """The testbed's image tags, the stand-in's archive and its Megatron-LM tree (build-images.sh --print)."""
+    printed = subprocess.run([str(ROOT / "testbed" / "build-images.sh"), "--print"], capture_output=True, text=True)
+    return json.loads(printed.stdout)
+
+
 def has_megatron() -> bool:
     """Whether the testbed's stand-in image holds a Megatron-LM tree (make megatron-src)."""
-    printed = subprocess.run([str(ROOT / "testbed" / "build-images.sh"), "--print"], capture_output=True, text=True)
-    return bool(json.loads(printed.stdout).get("standin_megatron_tree"))
+    return bool(images().get("standin_megatron_tree"))
 
 
 def latest_run(exp: str) -> Path:
