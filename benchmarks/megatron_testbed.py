@@ -40,8 +40,8 @@ MEGATRON = (
     "-e", "mbs=2", "-e", "num_microbatches=none", "-e", "precision=fp32",
 )  # fmt: skip
 NO_SAVES = ("-e", json.dumps({"training": {"save_interval": 0, "eval_iters": 0}}))
-ENTRYPOINT = "/home/megatron-lm-cpu-patch/pretrain_gpt.py"
-PYTHONPATH = "/home/Megatron-LM:/home/megatron-lm-cpu-patch"
+ENTRYPOINT = "/home/megatron-lm-musa-patch/examples/llama3/pretrain_gpt.py"
+PYTHONPATH = "/home/Megatron-LM:/home/megatron-lm-musa-patch"
 _ELAPSED = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+)")
 
 

@@ -5,7 +5,8 @@
 #   mtt-training-suite-standin:<hash>     the training image stand-in: sshd, python3, torch CPU, megatron-core
 #   mtt-training-suite-standin:<hash>-megatron-<tree>
 #                                         the same with a Megatron-LM tree at /home/Megatron-LM (its dataset
-#                                         helpers built) and the CPU patch at /home/megatron-lm-cpu-patch
+#                                         helpers unbuilt, as the vendor's) and the CPU patch at the vendor's
+#                                         /home/megatron-lm-musa-patch (entry point examples/llama3/pretrain_gpt.py)
 #
 # <hash> is a content hash of the image's recipe (testbed/images/<name>/ and this script), so an image is
 # rebuilt exactly when its recipe changes and is otherwise taken from the local Docker cache. <tree> is the

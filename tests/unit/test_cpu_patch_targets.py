@@ -1,6 +1,6 @@
 """The testbed's CPU patch of Megatron-LM still has something to patch: every target it declares exists.
 
-The patch (testbed/images/training-suite-standin/rootfs/home/megatron-lm-cpu-patch/) replaces functions and
+The patch (testbed/images/training-suite-standin/rootfs/home/megatron-lm-musa-patch/) replaces functions and
 attributes of Megatron-LM from outside. A Megatron version that moves or renames one of them would make a patch
 a silent no-op, so each declared target is checked here against the tree's source, read as text and parsed
 with ast (no torch needed): the line holds the declared text, and the declared symbol is defined in that file
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PATCH_DIR = ROOT / "testbed" / "images" / "training-suite-standin" / "rootfs" / "home" / "megatron-lm-cpu-patch"
+PATCH_DIR = ROOT / "testbed" / "images" / "training-suite-standin" / "rootfs" / "home" / "megatron-lm-musa-patch"
 TREE = ROOT / "third_party" / "Megatron-LM"
 TARBALL = ROOT.parent / "shared" / "vendor" / "megatron-lm-core_v0.14.0.tar.gz"
 

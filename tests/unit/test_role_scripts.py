@@ -432,3 +432,52 @@ def test_checkpoint_scan_sets_aside_and_removes_only_saves_never_the_trackers(tm
     assert json.loads(removed.stdout) == {"removed": ["iter_0000005"]}  # 10 is the tracker's
     assert sorted(os.listdir(tmp_path)) == ["iter_0000010", "latest_checkpointed_iteration.txt", "run", "set-aside"]
     assert json.loads(Path(ledger).read_text()) == {"saves": []}
+
+
+# dataset_helpers: dataset_helpers.py
+
+
+def _megatron_tree(root: Path, setup_py: str | None) -> Path:
+    """A Megatron-LM-shaped tree whose setup.py 'builds' the helpers as setup.py build_ext --inplace would (a
+    module in megatron/core/datasets), so that the build-when-missing logic runs without a compiler."""
+    datasets = root / "megatron" / "core" / "datasets"
+    datasets.mkdir(parents=True)
+    for package in (root / "megatron", root / "megatron" / "core", datasets):
+        (package / "__init__.py").write_text("")
+    if setup_py is not None:
+        (root / "setup.py").write_text(setup_py)
+    return root
+
+
+BUILDS_HELPERS = (
+    "import pathlib, sys\n"
+    "assert sys.argv[1:] == ['build_ext', '--inplace'], sys.argv\n"
+    "pathlib.Path('megatron/core/datasets/helpers_cpp.py').write_text('BUILT = True\\n')\n"
+)
+
+
+def test_dataset_helpers_are_built_once_when_they_do_not_import_and_then_left_alone(tmp_path):
+    tree = _megatron_tree(tmp_path / "Megatron-LM", BUILDS_HELPERS)
+    check = json.loads(run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tree}").stdout)
+    assert check["tree"] and not check["importable"] and not check["built"], check
+    assert "helpers_cpp" in check["error"], check
+    assert not (tree / "megatron/core/datasets/helpers_cpp.py").exists(), "the check alone built them"
+    first = json.loads(run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tree}", "--mode=build").stdout)
+    assert first["importable"] and first["built"] and first["module"].startswith(str(tree.resolve())), first
+    second = json.loads(run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tree}", "--mode=build").stdout)
+    assert second["importable"] and not second["built"] and second["seconds"] == 0.0, second
+
+
+def test_dataset_helpers_a_build_that_leaves_them_unimportable_is_reported_with_its_output(tmp_path):
+    # setup.py's extension is optional=True in Megatron: a failed compile exits 0, so the import is what counts
+    tree = _megatron_tree(tmp_path / "Megatron-LM", "print('error: command g++ failed: No such file')\n")
+    done = run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tree}", "--mode=build")
+    found = json.loads(done.stdout)
+    assert not found["importable"] and not found["built"], found
+    assert "No module named 'megatron.core.datasets.helpers_cpp'" in found["error"], found
+    assert "g++ failed" in found["error"] and "build_ext --inplace" in found["error"], found
+
+
+def test_dataset_helpers_say_when_there_is_no_megatron_tree(tmp_path):
+    found = json.loads(run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tmp_path}/none").stdout)
+    assert not found["tree"] and not found["importable"] and "no Megatron-LM tree" in found["error"], found

@@ -120,12 +120,15 @@ PATCHES: dict[str, Patch] = {
             Target("megatron/training/checkpointing.py", 1705, "torch.cuda.set_rng_state(", "load_checkpoint"),
         ),
     ),
-    "no_fused_kernels": Patch(
+    "no_compile_dependencies": Patch(
         point="3",
-        why="Megatron's legacy fused kernels need nvcc; the local transformer does not use them",
+        why="as the vendor's musa_patch does, Megatron's runtime compile step is a no-op: rank 0 would build the "
+        "dataset helpers with make (provision.yml builds them once per container instead) and the legacy fused "
+        "kernels with nvcc (the local transformer does not use them)",
         targets=(
+            Target("megatron/training/initialize.py", 162, "_compile_dependencies()", "initialize_megatron"),
+            Target("megatron/training/initialize.py", 185, "compile_helpers()", "_compile_dependencies"),
             Target("megatron/training/initialize.py", 220, "fused_kernels.load(args)", "_compile_dependencies"),
-            Target("megatron/legacy/fused_kernels/__init__.py", 17, "def load(args):", "load"),
         ),
     ),
     "enum_pickle_by_value": Patch(

@@ -50,7 +50,7 @@ def apply() -> list[str]:
     applied = []
     for name in PATCHES:
         if name in leave_out:
-            print(f"[megatron-lm-cpu-patch] TEST ONLY: patch {name} left out", file=sys.stderr, flush=True)
+            print(f"[cpu_patch] TEST ONLY: patch {name} left out", file=sys.stderr, flush=True)
             continue
         _REGISTRY[name]()
         applied.append(name)
@@ -63,15 +63,14 @@ def _environment() -> None:
     """TORCHDYNAMO_DISABLE=1: initialize.py:474 warms up torch.compile'd fusions; on the CPU they run eagerly.
     CUDA_DEVICE_MAX_CONNECTIONS=1: arguments.py:873 requires it with TP>1 on a card older than Blackwell (the
     cuda_api patch answers Hopper's properties). psutil: filesystem_async.py:642 raises without it in the
-    checkpoint writer's forked child, and the job then hangs instead of failing: fail here instead. (The dataset
-    helpers are built with the image; rank 0 runs their make again at start-up, initialize.py:185.)"""
+    checkpoint writer's forked child, and the job then hangs instead of failing: fail here instead."""
     os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     try:
         import psutil  # noqa: F401
     except ImportError as exc:
         raise SystemExit(
-            "megatron-lm-cpu-patch: psutil is missing; without it Megatron's checkpoint writer hangs"
+            "cpu_patch: psutil is missing; without it Megatron's checkpoint writer hangs"
         ) from exc
 
 
@@ -271,13 +270,16 @@ def _cuda_rng() -> None:
 
 
 # --- no fused kernels ------------------------------------------------------------------------------------------
-@patch("no_fused_kernels")
-def _no_fused_kernels() -> None:
-    """initialize.py:220 builds Megatron's legacy fused kernels with nvcc (fused_kernels/__init__.py:17); the
-    local transformer implementation does not use them."""
-    import megatron.legacy.fused_kernels as fused_kernels
+@patch("no_compile_dependencies")
+def _no_compile_dependencies() -> None:
+    """initialize.py:162 calls _compile_dependencies, whose rank 0 builds the dataset helpers with make
+    (initialize.py:185) and the legacy fused kernels with nvcc (initialize.py:220). The vendor's musa_patch
+    replaces it with a no-op, and so does this patch: the stand-in behaves as the vendor's image, where the
+    helpers must be built before a launch (provision.yml builds them once per container; train.yml checks them),
+    and the local transformer does not use the fused kernels."""
+    import megatron.training.initialize as initialize
 
-    fused_kernels.load = lambda args: None
+    initialize._compile_dependencies = lambda: None
 
 
 # --- checkpoints readable by torch.load(weights_only=True) ----------------------------------------------------
