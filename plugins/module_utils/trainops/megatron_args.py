@@ -8,6 +8,7 @@ appear only then, so no hand edit is ever needed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .layout import Layout, attention_kind
@@ -31,8 +32,11 @@ class TrainingConfig:
     log_interval: int = 1
     #: 0: no checkpoints (no --save, --load or --save-interval; a run that does not resume, such as a card check).
     save_interval: int = 1000
+    #: Megatron divides train_iters by it to size the validation set, even without evaluation: >= 1.
     eval_interval: int = 1000
+    #: Rendered as 0 when the data has no validation part (:func:`evaluation`): Megatron would evaluate nothing.
     eval_iters: int = 10
+    #: Megatron's --split (train, validation, test proportions); "1": everything trains, no validation set.
     split: str = "1"
     #: Megatron's --distributed-timeout-minutes (its default, 10): how long a collective may wait before the
     #: process group gives up. The bundle's hang detection (hang_timeout) usually acts well before it.
@@ -246,7 +250,7 @@ def build_megatron_args(
         "--eval-interval",
         str(t.eval_interval),
         "--eval-iters",
-        str(t.eval_iters),
+        str(evaluation(t, paths.data_path)[0]),
     ]
     if t.save_interval:
         args += [
@@ -277,9 +281,63 @@ def warmup_iters(training: TrainingConfig, train_iters: int) -> int:
     return min(2000, train_iters // 10)
 
 
+def split_parts(split: str) -> list[float] | None:
+    """Megatron's reading of --split (``parse_and_normalize_split``, core 0.14): up to three non-negative
+    proportions (train, validation, test), missing ones 0; None when Megatron would refuse it."""
+    text = str(split)
+    parts = re.findall(r"[^,\s]+", text)
+    if not parts or len(parts) > 3 or not all(_PROPORTION.fullmatch(p) for p in parts):
+        return None
+    values = [float(p) for p in parts] + [0.0] * (3 - len(parts))
+    return values if sum(values) > 0 else None
+
+
+_PROPORTION = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
+
+
+def evaluation(training: TrainingConfig, data_path: str) -> tuple[int, str]:
+    """``(--eval-iters rendered, why)``. Core 0.14 evaluates whenever --eval-iters > 0, even when the split has no
+    validation part: its list of validation loaders is then ``[None]`` and the first evaluation raises a TypeError
+    in ``get_batch_on_this_tp_rank``, before the save of that iteration (training.py evaluates, then saves). So a
+    split without a validation part renders --eval-iters 0. Mock data always has one (Megatron's mock split is
+    1,1,1)."""
+    if training.eval_iters == 0:
+        return 0, "none (eval_iters 0)"
+    if data_path == MOCK_DATA:
+        return training.eval_iters, (
+            f"{training.eval_iters} iterations every {training.eval_interval} on the mock data's validation split"
+        )
+    parts = split_parts(training.split)
+    if parts is not None and parts[1] == 0:
+        return 0, (
+            f"none: --eval-iters 0, because split {training.split!r} has no validation part (Megatron would "
+            f"evaluate an empty set and fail before its first save); to evaluate, give a split with one, as "
+            f'-e \'{{"training": {{"split": "98,2,0"}}}}\''
+        )
+    return training.eval_iters, (
+        f"{training.eval_iters} iterations every {training.eval_interval} on split {training.split!r}'s validation part"
+    )
+
+
 def check_training(training: TrainingConfig, train_iters: int) -> list[str]:
-    """Problems Megatron's LR scheduler would raise at start-up."""
+    """Problems Megatron would raise at start-up (its argument checks, its LR scheduler), or a vector it would
+    accept but cannot run (core 0.14's ``training.py``), each with the option, the value and the fix."""
     problems = []
+    if split_parts(training.split) is None:
+        problems.append(
+            f"training.split={training.split!r} is not Megatron's --split: give one to three non-negative "
+            'proportions (train, validation, test) separated by commas, not all 0, as "1" or "98,2,0"'
+        )
+    for key, low, why in (
+        ("eval_interval", 1, "Megatron divides train_iters by it to size the validation set"),
+        ("log_interval", 1, "Megatron logs when the iteration is a multiple of it"),
+        ("eval_iters", 0, "0: no evaluation"),
+    ):
+        value = getattr(training, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            problems.append(f"training.{key}={value!r} must be a whole number >= {low} ({why})")
+    if training.min_lr < 0:
+        problems.append(f"training.min_lr={training.min_lr} must be >= 0 (Megatron's scheduler asserts it)")
     if training.lr_warmup_iters is not None and training.lr_warmup_iters >= train_iters:
         problems.append(
             f"lr_warmup_iters={training.lr_warmup_iters} must be below train_iters={train_iters} "

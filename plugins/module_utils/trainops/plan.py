@@ -18,7 +18,7 @@ from .dataset_manifest import ManifestError, epochs, manifest_for_plan
 from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
 from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_scores, plan_layout
-from .megatron_args import MOCK_DATA, RunPaths, TrainingConfig, build_megatron_args, check_training
+from .megatron_args import MOCK_DATA, RunPaths, TrainingConfig, build_megatron_args, check_training, evaluation
 from .memory import GIB, checkpoint_bytes, megatron_theoretical
 from .model import ModelSpec, model_from_dict
 from .options import OptionError, convert
@@ -355,6 +355,8 @@ def _plan_mapping(
         },
         "megatron_version": request.megatron_version,
         "megatron_args": build_megatron_args(spec, lay, paths, train_cfg, r.distributed_backend),
+        # --eval-iters as rendered, and why (no evaluation without a validation split: megatron_args.evaluation)
+        "evaluation": dict(zip(("eval_iters", "why"), evaluation(train_cfg, r.data_path), strict=True)),
         "job": "smoke" if r.smoke else "megatron",
         "smoke_args": smoke_args(lay, request.train_iters, paths, train_cfg),
         # the card's dense peak at the run's precision (None: no public figure), for MFU
@@ -510,6 +512,7 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         f"{plan['flops_per_iteration_full_attention'] / 1e15:.2f} full-attention), "
         f"{plan['tokens_per_iteration']:,} tokens/iteration",
         f"attention    {_attention_text(plan['memory_gib'])}",
+        *([f"evaluation   {plan['evaluation']['why']}"] if plan.get("evaluation") else []),
         f"peak         {plan['peak_source']}",
         f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']})",
         f"dataset      {plan['data_path']}"
