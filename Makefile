@@ -29,9 +29,9 @@ demo-slurm: testbed-up
 	$(BIN)/ansible-playbook -i inventory/testbed train.yml -e tp=1 -e pp=1 -e launcher=slurm
 	$(BIN)/ansible-playbook -i inventory/testbed stop.yml -e launcher=slurm
 
-## Plan Llama3-8B on the example two-node S5000 cluster.
+## Plan Llama3-8B on the example two-node S5000 cluster (named with -i: there is no default inventory).
 plan: setup
-	$(BIN)/ansible-playbook playbooks/plan.yml -e tp=1 -e pp=2 -e recommend=true
+	$(BIN)/ansible-playbook -i inventory/example playbooks/plan.yml -e tp=1 -e pp=2 -e recommend=true
 
 ## Everything CI runs: lint, every test (the testbed ones bring the testbed up), then the molecule scenario.
 test: setup lint

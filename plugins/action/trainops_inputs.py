@@ -21,7 +21,7 @@ import yaml  # noqa: E402
 from ansible.plugins.action import ActionBase  # noqa: E402
 from ansible.utils.display import Display  # noqa: E402
 from ansible.utils.vars import load_extra_vars  # noqa: E402
-from trainops import inputs, options  # noqa: E402
+from trainops import inputs, invocation, options  # noqa: E402
 
 display = Display()
 PROJECT = os.path.dirname(os.path.dirname(_CORE))
@@ -80,9 +80,8 @@ class ActionModule(ActionBase):
         for host in groups.get("nodes") or []:
             hv = task_vars["hostvars"][host]
             hostvars[host] = {k: self._read(hv[k], f"inventory {host}: {k}", problems) for k in wanted if k in hv}
-        sources = {
-            str(s): ("," in str(s) or os.path.exists(str(s))) for s in task_vars.get("ansible_inventory_sources") or []
-        }
+        given_sources = [str(s) for s in task_vars.get("ansible_inventory_sources") or []]
+        sources = {s: ("," in s or os.path.exists(s)) for s in given_sources}
         given = inputs.Inputs(
             playbook=playbook,
             values=values,
@@ -90,6 +89,8 @@ class ActionModule(ActionBase):
             groups=groups,
             hostvars=hostvars,
             inventory_sources=sources,
+            no_inventory=invocation.no_inventory(given_sources, PROJECT),
+            example_inventory=invocation.uses_example(given_sources, PROJECT),
             backends_dir=os.path.join(PROJECT, "backends"),
             role_parameters=role_parameters(),
         )
@@ -112,7 +113,11 @@ class ActionModule(ActionBase):
             result["changed"] = False
             result["msg"] = f"{playbook}.yml: every input checked"
             # every option this playbook reads, converted, its default where not given: the plays read these
-            result["ansible_facts"] = {"trainops_inputs": verdict.options}
+            result["ansible_facts"] = {
+                "trainops_inputs": verdict.options,
+                # the -i and site options a printed follow-up command carries (trainops_command)
+                "trainops_invocation": invocation.invocation(given_sources, PROJECT, extra),
+            }
         return result
 
     def _read(self, value: Any, where: str, problems: list[str]) -> Any:

@@ -14,6 +14,7 @@ if _CORE not in sys.path:
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from trainops import incidents as incidents_core  # noqa: E402
+from trainops import invocation as invocation_core  # noqa: E402
 from trainops import outcome as outcome_core  # noqa: E402
 from trainops import watch as watch_core  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
@@ -28,9 +29,20 @@ def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def running_text(
-    outcome: Mapping[str, Any], plan: Mapping[str, Any], run_dir: str, slurm_job: Mapping[str, Any] | None = None
+    outcome: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    run_dir: str,
+    slurm_job: Mapping[str, Any] | None = None,
+    given: Mapping[str, Any] | None = None,
 ) -> str:
-    return outcome_core.running_text(plan, outcome, run_dir, slurm_job or None)
+    """train.yml's lines for a run that goes on; ``given``: trainops_invocation (the commands carry its -i)."""
+    return outcome_core.running_text(plan, outcome, run_dir, slurm_job or None, given or None)
+
+
+def command(given: Mapping[str, Any] | None, playbook: str, options: Mapping[str, Any] | None = None) -> str:
+    """A command line for the user to run next, carrying this run's -i and site options (trainops.invocation):
+    ``trainops_invocation | trainops_command('stop', {'launcher': 'slurm'})``."""
+    return invocation_core.command(given, playbook, options)
 
 
 def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -47,12 +59,13 @@ def status_text(probes: Sequence[Mapping[str, Any]]) -> str:
     return outcome_core.status_text(runs)
 
 
-def left_out(runs_dir: str, options: Mapping[str, Any]) -> dict[str, str]:
-    """The nodes the site's incident record leaves out of a new run (trainops.incidents), each with why."""
+def left_out(runs_dir: str, options: Mapping[str, Any], given: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The nodes the site's incident record leaves out of a new run (trainops.incidents), each with why (the
+    command that clears one carries ``given``'s -i: trainops_invocation)."""
     window, limit = float(options["incident_window_days"]), int(options["incident_limit"])
     records = incidents_core.read(incidents_core.path_in(runs_dir))
     found = incidents_core.implicated(records, time.time(), window, limit)
-    return {node: incidents_core.exclusion_text(node, rows, window) for node, rows in sorted(found.items())}
+    return {node: incidents_core.exclusion_text(node, rows, window, given) for node, rows in sorted(found.items())}
 
 
 class FilterModule:
@@ -61,6 +74,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "trainops_running_text": running_text,
+            "trainops_command": command,
             "trainops_stop_lines": stop_lines,
             "trainops_silent_nodes_text": silent_nodes_text,
             "trainops_status_text": status_text,

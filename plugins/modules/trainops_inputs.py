@@ -13,6 +13,8 @@ description:
   - Fails with every problem at once, each naming the option as the user wrote it, its value and the fix. An
     unknown C(-e) option is refused with the nearest known name (a warning with C(-e allow_unknown=true)); an option
     that this playbook ignores but another reads gets a warning.
+  - Refuses a run without C(-i) (ansible.cfg names C(inventory/none.yml), which has no host), saying how to give
+    an inventory; warns that C(inventory/example) is the example cluster when it is used.
   - Writes nothing and contacts no host.
 version_added: "0.4.0"
 author: mtt-train-ops
@@ -32,7 +34,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(trainops_inputs), every option the playbook reads, converted (its default where not given).
+  description: C(trainops_inputs), every option the playbook reads, converted (its default where not given);
+    C(trainops_invocation), the C(-i) sources and site options given, which a printed follow-up command carries
+    (the C(trainops_command) filter).
   returned: success
   type: dict
 warnings_found:

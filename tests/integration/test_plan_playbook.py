@@ -16,7 +16,7 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.playbook
 
 
-def run_plan(*extra: str, inventory: str | None = None) -> subprocess.CompletedProcess:
+def run_plan(*extra: str, inventory: str | None = "inventory/example") -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -58,7 +58,9 @@ def test_plan_writes_everything(runbook_plan):
     ]
     plan = json.loads((runbook_plan / "plan.json").read_text())
     assert (plan["world_size"], plan["dp"], plan["global_batch_size"]) == (16, 8, 1024)
-    assert plan["exp_name"] == "tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16"
+    # the model (and its architecture's digest), sequence length and precision name the experiment, then the layout
+    assert plan["exp_name"].startswith("llama3-8b-")
+    assert plan["exp_name"].endswith("_seq4096_fp8_tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16")
     assert (runbook_plan / "hostfile").read_text() == "10.10.142.133 slots=8\n10.10.142.134 slots=8\n"
     ranked = json.loads((runbook_plan / "recommendations.json").read_text())
     assert ranked[0]["rank"] == 1 and ranked[0]["fits"]

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .invocation import command
+
 FILE_NAME = "incidents.jsonl"
 DEFAULT_WINDOW_DAYS = 14.0
 DEFAULT_LIMIT = 2
@@ -181,12 +183,15 @@ def implicated(
     return {node: rows for node, rows in counted.items() if len(rows) >= limit}
 
 
-def exclusion_text(node: str, found: Sequence[Mapping[str, Any]], window_days: float) -> str:
-    """``node2 left out: implicated 2 times in 14 days (hang in exp/run attempt 1: ...; ...)``."""
+def exclusion_text(
+    node: str, found: Sequence[Mapping[str, Any]], window_days: float, given: Mapping[str, Any] | None = None
+) -> str:
+    """``node2 left out: implicated 2 times in 14 days (hang in exp/run attempt 1: ...; ...)``; the command that
+    clears it carries this run's -i and site options (``given``: :func:`.invocation.invocation`)."""
     told = "; ".join(f"{r['kind']} in {r.get('run')} attempt {r.get('attempt')}: {r.get('cause')}"[:240] for r in found)
     return (
         f"{node} left out: implicated {len(found)} times in {window_days:g} days ({told}); after a repair, "
-        f"ansible-playbook playbooks/incidents.yml -e clear={node}"
+        f"{command(given, 'incidents', {'clear': node})}"
     )
 
 

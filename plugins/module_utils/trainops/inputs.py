@@ -19,6 +19,7 @@ from .backend import load_profile, names
 from .cluster import cluster_from_hosts
 from .data_request import problems as data_problems
 from .errors import PlanError
+from .invocation import example_text, no_inventory_text
 from .model import model_from_dict
 from .slurm import settings as slurm_settings
 from .watch import NAMES as WATCH_NAMES
@@ -65,6 +66,10 @@ class Inputs:
     hostvars: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: The inventory sources (``-i``) and whether each exists.
     inventory_sources: Mapping[str, bool] = field(default_factory=dict)
+    #: No inventory was given (no -i: only ansible.cfg's empty one, :data:`.invocation.NO_INVENTORY`).
+    no_inventory: bool = False
+    #: The sources include the example cluster (inventory/example).
+    example_inventory: bool = False
     #: The backends directory (backends/<accelerator>.yml).
     backends_dir: str = ""
     #: Names that are roles' own parameters (roles/*/meta/argument_specs.yml): accepted from -e, unchecked here.
@@ -118,6 +123,11 @@ def check(given: Inputs) -> Verdict:
 
 
 def _inventory_exists(given: Inputs, out: Verdict) -> None:
+    if given.no_inventory:
+        out.problems.append(no_inventory_text(given.playbook))
+        return
+    if given.example_inventory:
+        out.warnings.append(example_text(given.playbook))
     missing = [source for source, exists in given.inventory_sources.items() if not exists]
     if missing:
         out.problems.append(

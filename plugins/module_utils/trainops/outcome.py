@@ -6,9 +6,10 @@ these functions turn them into the outcome and the lines printed, so that the wo
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .invocation import command
 
 #: Longest part of a failed fan-out's output kept in the outcome's reason.
 REASON_CHARS = 600
@@ -39,21 +40,26 @@ def train_outcome(master: str, fanout: Mapping[str, Any], watch: Mapping[str, An
 
 
 def running_text(
-    plan: Mapping[str, Any], outcome: Mapping[str, Any], run_dir: str, slurm_job: Mapping[str, Any] | None = None
+    plan: Mapping[str, Any],
+    outcome: Mapping[str, Any],
+    run_dir: str,
+    slurm_job: Mapping[str, Any] | None = None,
+    given: Mapping[str, Any] | None = None,
 ) -> str:
     """What train.yml prints when it returns while the run goes on: its state and how to follow, stop and report;
-    with ``slurm_job`` (launcher=slurm: ``id``, ``slurm_nodes``) the job too, and the commands take the launcher."""
+    with ``slurm_job`` (launcher=slurm: ``id``, ``slurm_nodes``) the job too, and the commands take the launcher.
+    Each command carries this run's -i and site options (``given``: :func:`.invocation.invocation`)."""
     if outcome.get("progress") is None and "watched_s" not in outcome:
         state = "started"
     else:
         state = f"is still running after {outcome.get('watched_s')} s"
     progress = f": {outcome['progress']}" if outcome.get("progress") else ""
-    launcher = " -e launcher=slurm" if slurm_job else ""
+    launcher = {"launcher": "slurm"} if slurm_job else {}
     lines = [
         f"run {plan['run_id']} ({plan['exp_name']}) {state}{progress}",
-        f"follow it:  ansible-playbook playbooks/status.yml{launcher}",
-        f"stop it:    ansible-playbook stop.yml{launcher}",
-        f"report:     ansible-playbook playbooks/report.yml -e run={shlex.quote(run_dir)}",
+        f"follow it:  {command(given, 'status', launcher)}",
+        f"stop it:    {command(given, 'stop', launcher)}",
+        f"report:     {command(given, 'report', {'run': run_dir})}",
     ]
     if slurm_job:
         nodes = ",".join(slurm_job.get("slurm_nodes") or [])

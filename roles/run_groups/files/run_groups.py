@@ -156,16 +156,17 @@ def stop(group, grace):
     )
 
 
-def refusal(node, groups):
-    """The sentence that refuses a node where launches of this bundle run (train.yml's idle check, the launch)."""
+def refusal(node, groups, stop_command="", status_command=""):
+    """The sentence that refuses a node where launches of this bundle run (train.yml's idle check, the launch);
+    ``stop_command``/``status_command``: the controller's command lines, carrying its -i (else the playbooks named)."""
     runs = "".join(
         f"run '{g['exp']}/{g['run_id']}' (process group {g['pgid']}, {g['processes']} processes, started "
         f"{g['started']}) in {g['run_dir']}; "
         for g in groups
     )
     return (
-        f"{node}: a job is running: {runs}stop it with `ansible-playbook stop.yml` (playbooks/status.yml shows its "
-        "progress), then run train.yml again."
+        f"{node}: a job is running: {runs}stop it with `{stop_command or 'stop.yml'}` "
+        f"(`{status_command or 'playbooks/status.yml'}` shows its progress), then run train.yml again."
     )
 
 
@@ -195,10 +196,13 @@ def main():
     parser.add_argument("--run-dir", default="")
     parser.add_argument("--grace", type=float, default=30.0)
     parser.add_argument("--cancel-restarts", action="store_true")
+    parser.add_argument("--stop-command", default="", help="list: the command that stops a run, as the refusal says")
+    parser.add_argument("--status-command", default="", help="list: the command that shows a run's progress")
     args = parser.parse_args()
     groups = list(live_groups(args.node, args.work_home, args.run_dir or None))
     if args.mode == "list":
-        print(json.dumps({"node": args.node, "live": groups, "refusal": refusal(args.node, groups) if groups else ""}))
+        told = refusal(args.node, groups, args.stop_command, args.status_command) if groups else ""
+        print(json.dumps({"node": args.node, "live": groups, "refusal": told}))
         return 0
     cancelled = cancel_restarts(args.work_home, args.run_dir or None) if args.cancel_restarts else []
     stopped = [stop(group, args.grace) for group in groups]
