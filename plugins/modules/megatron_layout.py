@@ -38,7 +38,7 @@ options:
   layout:
     description:
       - The requested layout. Keys C(tp), C(pp), C(cp), C(vpp), C(mbs), C(num_microbatches) or C(gbs),
-        C(seq_length), C(precision) (bf16 or fp8), C(recompute) (none, selective, full),
+        C(seq_length), C(precision) (bf16 or fp8), C(recompute) (auto, none, selective, full),
         C(distributed_optimizer), C(sequence_parallel), C(flash_attention), C(transformer_impl)
         (transformer_engine or local), C(megatron_version),
         C(first_stage_layers), C(last_stage_layers), C(train_iters). Strings from C(-e) are converted.

@@ -74,10 +74,12 @@ def test_no_validation_part_renders_eval_iters_0_for_every_layout(split, layout)
     assert "no validation part" in line and "98,2,0" in line
 
 
-def test_the_default_vector_does_not_evaluate_on_split_1():
-    p = make_plan(model=load_preset("llama3-8b"), hosts=HOSTS, run_id="r1", layout={"tp": 1, "pp": 2})
-    assert value_of(p["megatron_args"], "--split") == "1"
-    assert value_of(p["megatron_args"], "--eval-iters") == "0"
+@pytest.mark.parametrize("layout", [{"tp": 1, "pp": 2}, {"tp": 1, "pp": 1}])
+def test_the_default_vector_evaluates_only_with_a_validation_part(layout):
+    p = make_plan(model=load_preset("llama3-8b"), hosts=HOSTS, run_id="r1", layout=layout)
+    split, eval_iters = value_of(p["megatron_args"], "--split"), value_of(p["megatron_args"], "--eval-iters")
+    assert (split_parts(split)[1] == 0) == (eval_iters == "0")
+    assert int(eval_iters) == p["evaluation"]["eval_iters"]
 
 
 def test_a_validation_part_keeps_evaluation(tiny, one_node):

@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .cluster import Cluster
 from .errors import PlanError
 from .flops import layer_flops_per_token, output_layer_flops_per_token
+from .memory import GIB, StageMemory, estimate_stages
 from .model import ModelSpec
 
 PRECISIONS = ("bf16", "fp8", "fp32")
-RECOMPUTE = ("none", "selective", "full")
+#: auto: the least recomputation (in this order after it) whose estimate fits the card less the headroom.
+RECOMPUTE = ("auto", "none", "selective", "full")
+#: What auto tries, least recomputation first.
+RECOMPUTE_ORDER = ("none", "selective", "full")
+#: The planner's default share of the card kept free (plan_request.DEFAULT_HEADROOM, -e memory_headroom_fraction).
+DEFAULT_HEADROOM_FRACTION = 0.10
 #: Megatron's --transformer-impl: Transformer Engine layers (FP8, fused attention), or Megatron's own (local).
 TRANSFORMER_IMPLS = ("transformer_engine", "local")
 #: How much slower than the best split an even split may be and still be chosen.
@@ -41,7 +47,8 @@ class LayoutRequest:
     gbs: int | None = None
     seq_length: int = 4096
     precision: str = "fp8"
-    recompute: str = "full"
+    #: auto (the least of none < selective < full that fits; plan_layout chooses it), none, selective or full.
+    recompute: str = "auto"
     distributed_optimizer: bool = True
     #: None: on when tp > 1 (Megatron turns it off at tp = 1 anyway).
     sequence_parallel: bool | None = None
@@ -96,6 +103,8 @@ class Layout:
     decoder_first_pipeline_num_layers: int | None
     decoder_last_pipeline_num_layers: int | None
     warnings: tuple[str, ...] = field(default=())
+    #: Why ``request.recompute`` is what it is (auto's choice from the memory estimate, or given).
+    recompute_reason: str = ""
 
     @property
     def exp_name(self) -> str:
@@ -243,8 +252,58 @@ def _explicit_split(
     return stages, first, last
 
 
-def plan_layout(model: ModelSpec, cluster: Cluster, req: LayoutRequest) -> Layout:
-    """Validate ``req`` for ``model`` on ``cluster`` and derive the layout."""
+def stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
+    """The per-stage memory estimate of a validated layout (its request's recompute, none, selective or full)."""
+    req = layout.request
+    return estimate_stages(
+        model,
+        stage_layers=layout.stage_layers,
+        tp=layout.tp,
+        cp=layout.cp,
+        vpp=layout.vpp,
+        dp=layout.dp,
+        micro_batch_size=layout.micro_batch_size,
+        seq_length=layout.seq_length,
+        padded_vocab=layout.padded_vocab,
+        num_microbatches=layout.num_microbatches,
+        distributed_optimizer=req.distributed_optimizer,
+        sequence_parallel=layout.sequence_parallel,
+        recompute=req.recompute,
+        flash_attention=not keeps_attention_scores(req),
+        precision=req.precision,
+    )
+
+
+def choose_recompute(model: ModelSpec, cluster: Cluster, layout: Layout, headroom_fraction: float) -> Layout:
+    """``layout`` with ``recompute=auto`` resolved: the least recomputation (none < selective < full) whose most
+    loaded stage fits the card less the headroom, as the planner judges fit (plan.memory_report); full when none
+    does (the plan then refuses the layout, unless forced). A given recompute is kept, its reason "given"."""
+    req = layout.request
+    if req.recompute != "auto":
+        return replace(layout, recompute_reason=f"{req.recompute} (given: -e recompute={req.recompute})")
+    limit = cluster.memory_gib * (1 - headroom_fraction)
+    needs: list[str] = []
+    for mode in RECOMPUTE_ORDER:
+        chosen = replace(layout, request=replace(req, recompute=mode))
+        need = max(st.total for st in stage_memory(model, chosen)) / GIB
+        needs.append(f"{mode} {need:.1f} GiB")
+        if need <= limit:
+            break
+    where = f"limit {limit:.1f} GiB per card ({cluster.memory_gib:g} less {headroom_fraction:.0%} headroom)"
+    if need > limit:
+        why = f"auto: full, the most there is, and it still does not fit ({', '.join(needs)}; {where})"
+    elif mode == "none":
+        why = f"auto: none, nothing needs recomputing ({needs[0]} without recomputation fits the {where})"
+    else:
+        why = f"auto: {mode}, the least that fits ({', '.join(needs)}; {where})"
+    return replace(chosen, recompute_reason=why)
+
+
+def plan_layout(
+    model: ModelSpec, cluster: Cluster, req: LayoutRequest, headroom_fraction: float = DEFAULT_HEADROOM_FRACTION
+) -> Layout:
+    """Validate ``req`` for ``model`` on ``cluster`` and derive the layout; ``recompute=auto`` is resolved against
+    the card's memory less ``headroom_fraction`` (:func:`choose_recompute`)."""
     problems: list[str] = []
     warnings: list[str] = []
     version = parse_version(req.megatron_version)
@@ -387,7 +446,7 @@ def plan_layout(model: ModelSpec, cluster: Cluster, req: LayoutRequest) -> Layou
         raise PlanError(problems)
     assert split is not None and num_mb is not None and gbs is not None
     stages, first_flag, last_flag = split
-    return Layout(
+    layout = Layout(
         request=req,
         world_size=world,
         tp=tp,
@@ -406,3 +465,4 @@ def plan_layout(model: ModelSpec, cluster: Cluster, req: LayoutRequest) -> Layou
         decoder_last_pipeline_num_layers=last_flag,
         warnings=tuple(warnings),
     )
+    return choose_recompute(model, cluster, layout, headroom_fraction)

@@ -315,7 +315,8 @@ def evaluation(training: TrainingConfig, data_path: str) -> tuple[int, str]:
             f'-e \'{{"training": {{"split": "98,2,0"}}}}\''
         )
     return training.eval_iters, (
-        f"{training.eval_iters} iterations every {training.eval_interval} on split {training.split!r}'s validation part"
+        f"{training.eval_iters} iterations every {training.eval_interval} on the validation part of split "
+        f"{training.split!r}"
     )
 
 

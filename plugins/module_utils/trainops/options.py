@@ -111,7 +111,8 @@ OPTIONS: dict[str, Option] = {
         _o("precision", "choice", "Training precision (fp32: Megatron's default, without --bf16).", TRAIN, "fp8",
            choices=("bf16", "fp8", "fp32"),
            docs="docs/plan.md"),
-        _o("recompute", "choice", "Activation recomputation.", TRAIN, "full", choices=("none", "selective", "full"),
+        _o("recompute", "choice", "Activation recomputation; auto: the least (none < selective < full) whose memory "
+           "estimate fits the card less the headroom.", TRAIN, "auto", choices=("auto", "none", "selective", "full"),
            docs="docs/plan.md"),
         _o("distributed_optimizer", "bool", "Megatron's distributed optimizer.", TRAIN, True, docs="docs/plan.md"),
         _o("sequence_parallel", "bool", "Sequence parallelism; unset: on when tp > 1.", TRAIN, docs="docs/plan.md"),

@@ -198,7 +198,8 @@ def _checked(r: PlanRequest) -> _Checked:
     request, torch_norm_note = _without_apex(request, train_cfg, problems)
     if spec is not None and cluster is not None:
         try:
-            lay = plan_layout(spec, cluster, request)
+            headroom = r.memory_headroom_fraction
+            lay = plan_layout(spec, cluster, request, headroom if headroom is not None and 0 <= headroom < 1 else 0.1)
             if torch_norm_note:
                 lay = replace(lay, warnings=(*lay.warnings, torch_norm_note))
         except PlanError as exc:
@@ -262,13 +263,13 @@ def _does_not_fit(
 ) -> str:
     """The refusal of a layout that does not fit, with up to three that do."""
     better = [r for r in (recommendations or []) if r["fits"]][:3]
-    hint = (
-        "; ".join(
-            f"tp={r['tp']} pp={r['pp']}" + (f" vpp={r['vpp']}" if r["vpp"] else "") + f" mbs={r['mbs']} "
-            f"({r['memory_gib']} GiB)"
-            for r in better
-        )
-        or "none at this global batch; try recompute=full or more nodes"
+    hint = "; ".join(
+        f"tp={r['tp']} pp={r['pp']}" + (f" vpp={r['vpp']}" if r["vpp"] else "") + f" mbs={r['mbs']} "
+        f"({r['memory_gib']} GiB)"
+        for r in better
+    ) or (
+        "none at this global batch; try more nodes"
+        + ("" if checked.layout.request.recompute == "full" else " or recompute=full")
     )
     cluster = checked.cluster
     return (
@@ -319,7 +320,10 @@ def _plan_mapping(
         "seq_length": lay.seq_length,
         "train_iters": request.train_iters,
         "precision": request.precision,
-        "recompute": request.recompute,
+        # what runs (auto resolved by the memory estimate: layout.choose_recompute), what was asked, and why
+        "recompute": lay.request.recompute,
+        "recompute_requested": request.recompute,
+        "recompute_reason": lay.recompute_reason,
         "sequence_parallel": lay.sequence_parallel,
         "distributed_optimizer": request.distributed_optimizer,
         "padded_vocab_size": lay.padded_vocab,
@@ -512,6 +516,7 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         f"{plan['flops_per_iteration_full_attention'] / 1e15:.2f} full-attention), "
         f"{plan['tokens_per_iteration']:,} tokens/iteration",
         f"attention    {_attention_text(plan['memory_gib'])}",
+        *([f"recompute    {plan['recompute_reason']}"] if plan.get("recompute_reason") else []),
         *([f"evaluation   {plan['evaluation']['why']}"] if plan.get("evaluation") else []),
         f"peak         {plan['peak_source']}",
         f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']})",

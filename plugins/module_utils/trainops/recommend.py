@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from .cluster import Cluster
 from .errors import PlanError
 from .flops import flops_per_iteration, layer_flops_per_token, output_layer_flops_per_token
-from .layout import Layout, LayoutRequest, divisors, keeps_attention_scores, parse_version, plan_layout, tp_allowed
-from .memory import GIB, StageMemory, estimate_stages, parameter_counts
+from .layout import Layout, LayoutRequest, divisors, parse_version, plan_layout, stage_memory, tp_allowed
+from .memory import GIB, StageMemory, parameter_counts
 from .model import ModelSpec
 
 MBS_CHOICES = (1, 2, 4, 8)
@@ -52,25 +52,8 @@ class Estimate:
 
 
 def layout_stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
-    """The per-stage memory estimate of a validated layout."""
-    req = layout.request
-    return estimate_stages(
-        model,
-        stage_layers=layout.stage_layers,
-        tp=layout.tp,
-        cp=layout.cp,
-        vpp=layout.vpp,
-        dp=layout.dp,
-        micro_batch_size=layout.micro_batch_size,
-        seq_length=layout.seq_length,
-        padded_vocab=layout.padded_vocab,
-        num_microbatches=layout.num_microbatches,
-        distributed_optimizer=req.distributed_optimizer,
-        sequence_parallel=layout.sequence_parallel,
-        recompute=req.recompute,
-        flash_attention=not keeps_attention_scores(req),
-        precision=req.precision,
-    )
+    """The per-stage memory estimate of a validated layout (:func:`.layout.stage_memory`)."""
+    return stage_memory(model, layout)
 
 
 def memory_limit_gib(cluster: Cluster, headroom_fraction: float) -> float:
@@ -172,11 +155,13 @@ def candidate_requests(model: ModelSpec, cluster: Cluster, base: LayoutRequest, 
 def recommend(
     model: ModelSpec, cluster: Cluster, base: LayoutRequest, gbs: int, headroom_fraction: float = 0.1
 ) -> list[Estimate]:
-    """All valid layouts, those that fit first, each group by tokens/s/card (best first)."""
+    """All valid layouts, those that fit first, each group by tokens/s/card (best first). With ``recompute=auto``
+    (the default) each layout gets the least recomputation that fits, as the plan does
+    (:func:`.layout.choose_recompute`), and is timed with it (full recompute costs a third more compute)."""
     results = []
     for request in candidate_requests(model, cluster, base, gbs):
         try:
-            layout = plan_layout(model, cluster, request)
+            layout = plan_layout(model, cluster, request, headroom_fraction)
         except PlanError:
             continue
         results.append(estimate(model, cluster, layout, headroom_fraction))
@@ -198,6 +183,7 @@ def describe(rank: int, est: Estimate) -> dict:
         "num_microbatches": lay.num_microbatches,
         "global_batch_size": lay.global_batch_size,
         "stage_layers": list(lay.stage_layers),
+        "recompute": lay.request.recompute,
         "memory_gib": round(est.memory_gib, 2),
         "fits": est.fits,
         "iteration_s": round(est.iteration_s, 4),
