@@ -106,7 +106,8 @@ options:
   exp_name:
     description:
       - Experiment name, one directory level of the run and checkpoint paths (spaces and shell
-        metacharacters are allowed, as every use is quoted). Default derived from the layout.
+        metacharacters are allowed, as every use is quoted). Default derived from the model (its name and a
+        digest of its architecture), the sequence length, the precision and the layout (docs/checkpoints.md).
     type: str
   smoke:
     description:
@@ -157,7 +158,8 @@ plan:
       type: dict
     flops_per_iteration: {description: Model FLOPs of one iteration (causal attention convention)., type: float}
     tokens_per_iteration: {description: Tokens of one iteration., type: int, sample: 4194304}
-    exp_name: {description: Experiment name., type: str, sample: tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16}
+    exp_name:
+      {description: Experiment name., type: str, sample: tiny-3197bd_seq256_bf16_tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4}
     job: {description: What the launch runs, megatron or smoke., type: str, sample: megatron}
     smoke_args: {description: The argument vector of the smoke job., type: list, elements: str}
     megatron_args: {description: The exact argument vector of pretrain_gpt.py., type: list, elements: str}

@@ -66,8 +66,9 @@ def test_exp_name_names_the_run_and_checkpoint_dirs():
     assert p["tensorboard_dir"] == f"{p['run_dir']}/tensorboard"
     assert f"experiment   {name}  (model tiny" in p["summary"][0]
     default = plan()
-    assert default["exp_name"] == "tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4"
-    assert default["run_dir"] == "/data/mtt-train-ops/runs/tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4/20261130-060020"
+    # the model (with its architecture's digest), the sequence length and the precision, then the layout
+    assert re.fullmatch(r"tiny-[0-9a-f]{6}_seq256_bf16_tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4", default["exp_name"])
+    assert default["run_dir"] == f"/data/mtt-train-ops/runs/{default['exp_name']}/20261130-060020"
 
 
 CUDA_HOSTS = [dict(host, accelerator="cuda") for host in CPU_HOSTS]
@@ -169,7 +170,7 @@ def test_plan_with_resume_passes_moved_to_and_ignores_an_empty_one():
     assert plan_with_resume(plan(), "", "/old")["summary"][-1].endswith(
         "(fresh=true: the earlier ones were moved to /old)"
     )
-    assert plan_with_resume(plan(), "", "")["summary"][-1].endswith("checkpoints/tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4")
+    assert plan_with_resume(plan(), "", "")["summary"][-1].endswith("_seq256_bf16_tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4")
 
 
 @pytest.mark.parametrize("tracker", ["garbage", "-1", "1.5", "20 release"])

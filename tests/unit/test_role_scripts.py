@@ -409,6 +409,107 @@ def test_checkpoint_scan_reads_each_save_and_its_index_without_torch(tmp_path):
     assert "index_error" in broken["saves"][1] and "needed" not in broken["saves"][1]
 
 
+def _common_pt(path: Path, args: dict) -> None:
+    """A ``common.pt`` as torch.save writes one (a zip whose ``<name>/data.pkl`` pickles the state with protocol 2,
+    tensors as persistent ids of storages in ``<name>/data/N``), holding Megatron's ``args`` Namespace with a
+    torch dtype and an enum in it, and an rng tensor; written with stand-ins of torch's classes (no torch here)."""
+    import argparse
+    import enum
+    import io
+    import pickle
+    import types
+    import zipfile
+
+    torch = types.ModuleType("torch")
+    utils = types.ModuleType("torch._utils")
+    enums = types.ModuleType("megatron.core.transformer.enums")
+
+    class bfloat16:  # noqa: N801 - torch's name
+        pass
+
+    class AttnBackend(enum.Enum):
+        auto = 5
+
+    class Storage:
+        pass
+
+    class Tensor:
+        def __reduce__(self):
+            return (utils._rebuild_tensor_v2, (Storage(), 0, (4,), (1,), False, {}))
+
+    def _rebuild_tensor_v2(*args):
+        raise AssertionError("never called while writing")
+
+    for module, obj in ((torch, bfloat16), (enums, AttnBackend), (utils, _rebuild_tensor_v2)):
+        obj.__module__, obj.__qualname__ = module.__name__, obj.__name__
+        setattr(module, obj.__name__, obj)
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            return ("storage", bfloat16, "0", "cpu", 4) if isinstance(obj, Storage) else None
+
+    namespace = argparse.Namespace(**args, params_dtype=bfloat16, attention_backend=AttnBackend.auto)
+    state = {"args": namespace, "checkpoint_version": 3.0, "iteration": 10, "rng_state": [{"cpu": Tensor()}]}
+    parents = {name: types.ModuleType(name) for name in ("megatron", "megatron.core", "megatron.core.transformer")}
+    standins = {"torch": torch, "torch._utils": utils, enums.__name__: enums, **parents}
+    saved = {name: sys.modules.get(name) for name in standins}
+    sys.modules.update(standins)
+    try:
+        buffer = io.BytesIO()
+        Pickler(buffer, protocol=2).dump(state)
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("common/data.pkl", buffer.getvalue())
+        archive.writestr("common/data/0", b"\0" * 8)
+        archive.writestr("common/version", "3\n")
+
+
+def test_checkpoint_scan_reads_the_arguments_megatron_recorded_without_torch(tmp_path):
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints" / "megatron-tiny-saved-args.json"
+    recorded = json.loads(fixture.read_text())["args"]
+    args = {k: v for k, v in recorded.items() if k not in ("params_dtype", "attention_backend")}
+    for iteration in (5, 10):
+        _torch_dist_save(tmp_path / f"iter_{iteration:07d}", {"__0_0.distcp": 1000})
+    _common_pt(tmp_path / "iter_0000010" / "common.pt", args)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("10\n")
+    done = run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path), "--args")
+    assert done.returncode == 0, done.stderr
+    first, newest = json.loads(done.stdout)["saves"]
+    assert "args" not in first and "args_error" not in first  # only the newest save's
+    assert newest["args"]["seq_length"] == 128 and newest["args"]["num_query_groups"] == 4
+    assert newest["args"]["params_dtype"] == "torch.bfloat16"
+    assert newest["args"]["attention_backend"] == "megatron.core.transformer.enums.AttnBackend(5)"
+    assert {k: newest["args"][k] for k in args} == args
+    (tmp_path / "iter_0000010" / "common.pt").write_bytes(b"common")  # not a zip: named, not fatal
+    broken = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path), "--args").stdout)
+    assert broken["saves"][1]["args_error"].startswith("common.pt: BadZipFile")
+
+
+def test_checkpoint_scan_lists_and_adopts_the_old_style_directory(tmp_path):
+    old, new = tmp_path / "tp1_pp2", tmp_path / "tiny-abc123_seq128_fp32_tp1_pp2"
+    _torch_dist_save(old / "iter_0000005", {"__0_0.distcp": 1000})
+    (old / "latest_checkpointed_iteration.txt").write_text("5\n")
+    (new / "data-cache").mkdir(parents=True)  # a launch that never saved made it
+    listed = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(new), "--legacy", str(old)).stdout)
+    assert listed["dir"] == str(old) and listed["legacy_of"] == str(new) and listed["tracker"] == "5"
+    done = run("checkpoints", "checkpoint_scan.py", "adopt", str(old), str(new))
+    assert json.loads(done.stdout)["moved"] == ["iter_0000005", "latest_checkpointed_iteration.txt"], done.stderr
+    assert not old.exists() and (new / "iter_0000005" / ".metadata").is_file() and (new / "data-cache").is_dir()
+    again = json.loads(run("checkpoints", "checkpoint_scan.py", "adopt", str(old), str(new)).stdout)
+    assert again["moved"] == []  # a peer on shared storage moved it
+    _torch_dist_save(old / "iter_0000005", {"__0_0.distcp": 1000})
+    kept = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(new), "--legacy", str(old)).stdout)
+    assert kept["dir"] == str(new) and "legacy_of" not in kept  # the new directory has saves: the old is not read
+    gone = tmp_path / "fresh"
+    whole = json.loads(run("checkpoints", "checkpoint_scan.py", "adopt", str(old), str(gone)).stdout)
+    assert whole["moved"] == [str(old)] and (gone / "iter_0000005").is_dir()
+
+
 def test_checkpoint_scan_sets_aside_and_removes_only_saves_never_the_trackers(tmp_path):
     for iteration in (5, 10, 15):
         (tmp_path / f"iter_{iteration:07d}").mkdir()

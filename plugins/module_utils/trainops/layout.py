@@ -108,6 +108,9 @@ class Layout:
 
     @property
     def exp_name(self) -> str:
+        """The layout's part of the experiment name (``tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16``), and the whole
+        name before the model joined it: :func:`.identity.experiment_name` puts the model, its architecture's
+        digest, the sequence length and the precision before it (a checkpoint directory belongs to one model)."""
         parts = [f"tp{self.tp}", f"pp{self.pp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")

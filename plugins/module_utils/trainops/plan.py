@@ -17,6 +17,7 @@ from .cluster import Cluster, cluster_from_hosts
 from .dataset_manifest import ManifestError, epochs, manifest_for_plan
 from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
+from .identity import experiment_name
 from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_scores, plan_layout
 from .megatron_args import MOCK_DATA, RunPaths, TrainingConfig, build_megatron_args, check_training, evaluation
 from .memory import GIB, checkpoint_bytes, megatron_theoretical
@@ -293,7 +294,8 @@ def _plan_mapping(
         checked.dataset,
     )
     tok_type, tok_model, tok_source = tokenizer
-    exp = r.exp_name or lay.exp_name
+    # the model, sequence length and precision name the experiment too: a checkpoint dir belongs to one model
+    exp = r.exp_name or experiment_name(spec, lay)
     run_dir = f"{r.work_home.rstrip('/')}/runs/{exp}/{r.run_id}"
     paths = RunPaths(
         data_path=r.data_path,
@@ -343,6 +345,8 @@ def _plan_mapping(
         "run_dir": run_dir,
         "work_home": r.work_home,
         "checkpoint_dir": paths.checkpoint_dir,
+        # the directory the same derived name gave before the model joined it, which a resume may adopt
+        "checkpoint_dir_before": None if r.exp_name else f"{r.work_home.rstrip('/')}/checkpoints/{lay.exp_name}",
         "tensorboard_dir": paths.tensorboard_dir,
         "data_path": r.data_path,
         "tokenizer_path": tok_model,

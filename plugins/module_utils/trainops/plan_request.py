@@ -145,7 +145,7 @@ class PlanRequest:
     force: bool = _option("bool", "Accept a layout that does not fit in memory.", default=False, converted=True)
     recommend: bool = _option("bool", "Also rank every valid layout of the cluster.", default=False, converted=True)
     exp_name: str | None = _option(
-        "str", "Experiment name (one directory level); default from the layout.", default=None
+        "str", "Experiment name (one directory level); default from the model, seq, precision and layout.", default=None
     )
     smoke: bool = _option(
         "bool",

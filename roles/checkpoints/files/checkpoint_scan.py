@@ -1,7 +1,8 @@
 """Read, and on request tidy, an experiment's checkpoint directory (mtt-train-ops, role checkpoints); run in the
 training container, with nothing but Python's standard library (no torch: a scan must cost the run nothing).
 
-    checkpoint_scan.py scan DIR [--skip N,M]          # print the listing (JSON) the controller judges
+    checkpoint_scan.py scan DIR [--skip N,M] [--args] [--legacy OLD]   # print the listing (JSON) the controller judges
+    checkpoint_scan.py adopt OLD DIR                  # move the old-style directory OLD to DIR (nothing if OLD is gone)
     checkpoint_scan.py resume DIR --tag T [--tracker N] [--set-aside iter_0000010 ...]
     checkpoint_scan.py apply DIR < {"remove": ["iter_0000005", ...], "ledger": {...}, "ledger_path": PATH}
 
@@ -9,7 +10,11 @@ training container, with nothing but Python's standard library (no torch: a scan
 must hold by its own ``.metadata`` (``needed``: file -> the end of its last item; ``index_error`` when the index
 cannot be read), a fingerprint of sampled bytes of its data files, and its mtime; with the tracker's text, the free
 bytes of the file system (of the nearest directory that exists), and what was set aside before. ``--skip`` lists
-those iterations (already judged) by name alone, ``"partial": true``.
+those iterations (already judged) by name alone, ``"partial": true``. ``--args``: the newest save's ``args``, the
+arguments Megatron recorded in it (``common.pt``, or a legacy save's ``mp_rank_*/model_optim_rng.pt``), as JSON,
+read from the file's pickle alone (no torch; tensors are not read), or ``args_error``. ``--legacy OLD``: when DIR
+holds no save and no tracker and OLD (the directory's name before the model joined it) exists, OLD is listed
+instead, with ``"legacy_of": DIR``; ``adopt`` then moves it to DIR (docs/checkpoints.md).
 
 ``resume``: moves each named save to ``DIR/set-aside/<name>.<T>`` (kept, never deleted), then writes the tracker
 (``latest_checkpointed_iteration.txt``) as N, whole, then renamed into place. ``apply``: removes the saves that
@@ -29,6 +34,7 @@ import pickle
 import re
 import shutil
 import sys
+import zipfile
 
 TRACKER = "latest_checkpointed_iteration.txt"
 SET_ASIDE = "set-aside"
@@ -71,6 +77,58 @@ class _IndexUnpickler(pickle.Unpickler):
         if (module, name) in _SAFE:
             return _SAFE[(module, name)]
         return type(name, (_Stub,), {"__module__": module})
+
+
+class _ArgsUnpickler(_IndexUnpickler):
+    """torch.save's pickle without torch: argparse's Namespace as itself, tensors' storages as stubs (unread)."""
+
+    def find_class(self, module, name):
+        if (module, name) == ("argparse", "Namespace"):
+            return argparse.Namespace
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid):
+        return _Stub(pid)
+
+
+def _plain(value, depth=0):
+    """JSON's values for what a Namespace holds: a torch dtype or enum as its name, anything else as text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if depth > 4:
+        return repr(value)[:200]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__name__}"
+    if isinstance(value, _Stub):
+        name = f"{type(value).__module__}.{type(value).__name__}"
+        return f"{name}({', '.join(str(_plain(a, depth + 1)) for a in value.args)})" if value.args else name
+    return repr(value)[:200]
+
+
+def saved_args(path):
+    """The ``args`` Megatron recorded in a save's ``common.pt`` (torch.save's zip: only its ``data.pkl`` is read)."""
+    with zipfile.ZipFile(path) as archive:
+        name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+        if name is None:
+            raise ValueError("no data.pkl in the archive")
+        with archive.open(name) as handle:
+            state = _ArgsUnpickler(handle).load()
+    args = state.get("args") if isinstance(state, dict) else None
+    if args is None:
+        raise ValueError("no 'args' in the saved state")
+    return {key: _plain(value) for key, value in sorted(vars(args).items())}
+
+
+def args_file(path, files):
+    """The file of a save that records Megatron's arguments: ``common.pt`` (torch_dist), or the first rank's."""
+    if "common.pt" in files:
+        return os.path.join(path, "common.pt")
+    ranks = sorted(n for n in files if n.startswith("mp_rank_") and n.endswith("model_optim_rng.pt"))
+    return os.path.join(path, ranks[0]) if ranks else None
 
 
 def needed_bytes(metadata_path):
@@ -125,6 +183,52 @@ def read_save(directory, name):
         save["fingerprint"] = None
         save["read_error"] = str(exc)
     return save
+
+
+def with_args(listing):
+    """The listing with the newest (fully read) save's ``args``, or its ``args_error``."""
+    for save in sorted(listing["saves"], key=lambda s: -s["iteration"]):
+        if save.get("partial"):
+            continue
+        path = os.path.join(listing["dir"], save["name"])
+        found = args_file(path, save.get("files") or {})
+        if found is None:
+            continue
+        try:
+            save["args"] = saved_args(found)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is a finding, named
+            save["args_error"] = f"{os.path.relpath(found, path)}: {type(exc).__name__}: {exc}"[:300]
+        break
+    return listing
+
+
+def scan_for_resume(directory, read_args=False, legacy=None):
+    """``scan``, with the saved arguments (``--args``) and the old-style directory (``--legacy``)."""
+    out = scan(directory)
+    if legacy and legacy != directory and not out["saves"] and out["tracker"] is None and os.path.isdir(legacy):
+        out = dict(scan(legacy), legacy_of=directory)
+    return with_args(out) if read_args else out
+
+
+def adopt(old, directory):
+    """Move the old-style directory to the experiment's: whole when the new one is not there, else entry by entry
+    (the new one holds only what a launch made before it saved, such as data-cache/); nothing when ``old`` is gone
+    (a peer on shared storage moved it)."""
+    if not os.path.isdir(old):
+        return {"moved": [], "from": old, "to": directory}
+    if not os.path.exists(directory):
+        os.makedirs(os.path.dirname(directory) or ".", exist_ok=True)
+        os.replace(old, directory)
+        return {"moved": [old], "from": old, "to": directory}
+    moved = []
+    for name in sorted(os.listdir(old)):
+        target = os.path.join(directory, name)
+        if not os.path.exists(target):
+            os.replace(os.path.join(old, name), target)
+            moved.append(name)
+    if not os.listdir(old):
+        os.rmdir(old)
+    return {"moved": moved, "from": old, "to": directory}
 
 
 def scan(directory, skip=()):
@@ -213,6 +317,11 @@ def main(argv=None):
     one = sub.add_parser("scan")
     one.add_argument("dir")
     one.add_argument("--skip", default="")
+    one.add_argument("--args", action="store_true", help="read the newest save's recorded arguments")
+    one.add_argument("--legacy", default=None, help="the old-style directory, listed when DIR holds no save")
+    four = sub.add_parser("adopt")
+    four.add_argument("old")
+    four.add_argument("dir")
     two = sub.add_parser("resume")
     two.add_argument("dir")
     two.add_argument("--tag", required=True)
@@ -221,8 +330,12 @@ def main(argv=None):
     three = sub.add_parser("apply")
     three.add_argument("dir")
     args = parser.parse_args(argv)
-    if args.command == "scan":
+    if args.command == "scan" and (args.args or args.legacy):
+        result = scan_for_resume(args.dir, args.args, args.legacy)
+    elif args.command == "scan":
         result = scan(args.dir, {int(x) for x in args.skip.split(",") if x.strip()})
+    elif args.command == "adopt":
+        result = adopt(args.old, args.dir)
     elif args.command == "resume":
         result = resume(args.dir, args.tag, args.tracker, args.set_aside)
     else:

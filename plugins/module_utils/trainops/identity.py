@@ -1,0 +1,287 @@
+"""An experiment's identity: its name, and whether a checkpoint directory belongs to it.
+
+A checkpoint directory belongs to one model. :func:`experiment_name` names an experiment by what makes its
+checkpoints incompatible or its results incomparable, then by its layout::
+
+    llama3-8b-3c91f0_seq4096_fp8_tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16
+    <preset>-<arch>_seq<S>_<precision>_<layout (Layout.exp_name, the name before this change)>
+
+``<arch>`` is a short digest of the preset's architecture (:data:`ARCHITECTURE_FIELDS`), so that a custom preset
+that keeps a shipped preset's name but changes its layers, widths, vocabulary or RoPE base is another experiment.
+
+:func:`saved_args_differences` compares the arguments Megatron recorded in a save (``args`` in ``common.pt``, read
+on the node by ``roles/checkpoints/files/checkpoint_scan.py scan --args``) with the launch the plan renders
+(``plan["megatron_args"]``): differences of architecture, shapes, sequence length or tokenizer are *fatal* (a resume
+is refused), those of precision or vocabulary padding are *stated*; tp/pp/dp are never compared (torch_dist
+re-shards). docs/checkpoints.md ("Which model a directory belongs to").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .layout import Layout
+from .model import ModelSpec
+
+#: The preset's fields that shape the saved tensors or change what they mean (not its name, description,
+#: initialisation, which only matters at a fresh start, or tokenizer type, whose vocabulary ``vocab_size`` holds).
+ARCHITECTURE_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "query_groups",
+    "head_dim",
+    "vocab_size",
+    "max_position_embeddings",
+    "swiglu",
+    "normalization",
+    "norm_epsilon",
+    "untie_embeddings_and_output_weights",
+    "position_embedding_type",
+    "rotary_base",
+    "add_bias_linear",
+)
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+#: The longest preset name an experiment name keeps (the whole name stays within exp's 100 characters).
+MODEL_NAME_CHARS = 32
+
+
+def architecture_digest(model: ModelSpec) -> str:
+    """Six hex digits over :data:`ARCHITECTURE_FIELDS` (equal presets, equal digests, whatever their names)."""
+    values = {name: getattr(model, name) for name in ARCHITECTURE_FIELDS}
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:6]
+
+
+def experiment_name(model: ModelSpec, layout: Layout) -> str:
+    """``<preset>-<arch>_seq<S>_<precision>_<layout>``: the default experiment name (the run and checkpoint dirs)."""
+    name = _UNSAFE.sub("-", model.name).strip("-.")[:MODEL_NAME_CHARS] or "model"
+    return f"{name}-{architecture_digest(model)}_seq{layout.seq_length}_{layout.request.precision}_{layout.exp_name}"
+
+
+# --- the saved arguments against the rendered launch -----------------------------------------------------------
+
+#: Megatron's defaults (core 0.14, megatron/training/arguments.py) for flags the bundle may leave out.
+_DEFAULTS = {"--normalization": "LayerNorm", "--position-embedding-type": "learned_absolute", "--rotary-base": 10000}
+
+
+def _flags(argv: Sequence[str]) -> dict[str, str | None]:
+    """``--flag value`` pairs and bare ``--flag`` switches (None) of an argument vector."""
+    out: dict[str, str | None] = {}
+    items = [str(x) for x in argv]
+    for i, item in enumerate(items):
+        if item.startswith("--"):
+            following = items[i + 1] if i + 1 < len(items) else None
+            out[item] = following if following is not None and not following.startswith("--") else None
+    return out
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def planned_values(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """What the plan's launch gives Megatron, under Megatron's argument names (the values ``validate_args`` makes
+    of the vector: ffn and kv sizes filled in, the query groups of plain attention being the heads)."""
+    flags = _flags(plan.get("megatron_args") or [])
+
+    def value(flag: str) -> Any:
+        return flags.get(flag) if flags.get(flag) is not None else _DEFAULTS.get(flag)
+
+    hidden, heads = _int(value("--hidden-size")), _int(value("--num-attention-heads"))
+    out: dict[str, Any] = {
+        "num_layers": _int(value("--num-layers")),
+        "hidden_size": hidden,
+        "ffn_hidden_size": _int(value("--ffn-hidden-size")),
+        "num_attention_heads": heads,
+        "num_query_groups": _int(value("--num-query-groups")) if "--group-query-attention" in flags else heads,
+        "kv_channels": _int(value("--kv-channels")) or (hidden // heads if hidden and heads else None),
+        "seq_length": _int(value("--seq-length")),
+        "max_position_embeddings": _int(value("--max-position-embeddings")),
+        "swiglu": "--swiglu" in flags,
+        "normalization": value("--normalization"),
+        "untie_embeddings_and_output_weights": "--untie-embeddings-and-output-weights" in flags,
+        "position_embedding_type": value("--position-embedding-type"),
+        "rotary_base": _int(value("--rotary-base")),
+        "add_bias_linear": "--disable-bias-linear" not in flags,
+        "padded_vocab_size": _int(plan.get("padded_vocab_size")),
+        "tensor_model_parallel_size": _int(plan.get("tp")) or 1,
+        "precision": _precision("--bf16" in flags, "--fp16" in flags, flags.get("--fp8-format")),
+    }
+    return out
+
+
+def _precision(bf16: Any, fp16: Any, fp8: Any) -> str:
+    base = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+    return f"{base}+fp8 {fp8}" if fp8 else base
+
+
+def saved_values(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The same names from the arguments a save holds (keys an older Megatron did not record are left out)."""
+    out = {key: args[key] for key in (
+        "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels", "seq_length",
+        "max_position_embeddings", "swiglu", "normalization", "untie_embeddings_and_output_weights",
+        "position_embedding_type", "rotary_base", "add_bias_linear", "padded_vocab_size",
+    ) if key in args}  # fmt: skip
+    if "num_attention_heads" in args:
+        grouped = args.get("group_query_attention") and args.get("num_query_groups")
+        out["num_query_groups"] = args["num_query_groups"] if grouped else args["num_attention_heads"]
+    if "bf16" in args or "fp16" in args:
+        out["precision"] = _precision(args.get("bf16"), args.get("fp16"), args.get("fp8"))
+    out["tensor_model_parallel_size"] = _int(args.get("tensor_model_parallel_size")) or 1
+    out["make_vocab_size_divisible_by"] = _int(args.get("make_vocab_size_divisible_by")) or 128
+    return out
+
+
+#: Differences that refuse a resume: the tensors' shapes, or what the weights mean (the model, its context, its
+#: positions). Everything else compared is stated.
+FATAL = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "swiglu",
+    "normalization",
+    "untie_embeddings_and_output_weights",
+    "position_embedding_type",
+    "add_bias_linear",
+    "seq_length",
+    "rotary_base",
+)
+#: The -e option that sets each compared argument (the rest come from the model preset).
+OPTION = {"seq_length": "seq_length", "precision": "precision"}
+
+
+def saved_args_differences(args: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """``{"fatal": [...], "stated": [...]}``, each ``{"arg", "saved", "planned", "why"}``, between the arguments a
+    save holds and the plan's launch. Keys either side lacks are not compared. The padded vocabulary differs with
+    tp by design (Megatron pads to a multiple of ``make_vocab_size_divisible_by`` x tp and reshapes the embedding
+    on load): within that padding it is stated, beyond it the vocabulary is another tokenizer's (fatal)."""
+    saved, planned = saved_values(args), planned_values(plan)
+    fatal: list[dict[str, Any]] = []
+    stated: list[dict[str, Any]] = []
+    rope = planned.get("position_embedding_type") == "rope" and saved.get("position_embedding_type") == "rope"
+    for key in (*FATAL, "max_position_embeddings", "precision"):
+        if key not in saved or planned.get(key) is None or saved[key] == planned[key]:
+            continue
+        entry = {"arg": key, "saved": saved[key], "planned": planned[key]}
+        if key == "rotary_base" and not rope:
+            continue
+        if key == "max_position_embeddings":
+            # a learned position table has this many rows; RoPE has no table (Megatron sizes its cache by it)
+            (stated if rope else fatal).append(dict(entry, why="RoPE has no position table" if rope else "shape"))
+        elif key == "precision":
+            stated.append(dict(entry, why="the same weights train on; results are not comparable"))
+        else:
+            fatal.append(dict(entry, why="shape" if key not in ("seq_length", "rotary_base") else "meaning"))
+    if saved.get("padded_vocab_size") is not None and planned.get("padded_vocab_size") is not None:
+        old, new = saved["padded_vocab_size"], planned["padded_vocab_size"]
+        pad = saved["make_vocab_size_divisible_by"] * max(saved["tensor_model_parallel_size"],
+                                                          planned["tensor_model_parallel_size"])  # fmt: skip
+        if old != new:
+            entry = {"arg": "padded_vocab_size", "saved": old, "planned": new}
+            if abs(old - new) < pad:
+                stated.append(dict(entry, why=f"padding to a multiple of {pad} at another tp"))
+            else:
+                fatal.append(dict(entry, why="another vocabulary"))
+    return {"fatal": fatal, "stated": stated}
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (bool, type(None))) else str(value)
+
+
+def difference_text(entry: Mapping[str, Any]) -> str:
+    """``seq_length: saved 4096, planned 8192``."""
+    return f"{entry['arg']}: saved {_shown(entry['saved'])}, planned {_shown(entry['planned'])}"
+
+
+def the_fix(fatal: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], directory: str) -> str:
+    """What the user can do about a directory written by another configuration."""
+    matching = [f"-e {OPTION[e['arg']]}={e['saved']}" for e in fatal if e["arg"] in OPTION]
+    if any(e["arg"] not in OPTION for e in fatal):
+        matching.append("-e model=<the preset it was written with>")
+    return (
+        f"Give another experiment name (-e exp=NAME: a fresh checkpoint directory), or -e fresh=true to move "
+        f"{directory} aside (kept, not deleted) and start anew, or resume it with the options it was written with "
+        f"({' '.join(matching)})"
+    )
+
+
+def check_directory(listing: Mapping[str, Any], plan: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """Whether the scanned directory (``checkpoint_scan.py scan --args``) belongs to the plan's experiment.
+
+    Judged on the newest save that recorded its arguments (a directory belongs to one configuration; the newest
+    is what a resume loads). A megatron plan also refuses the smoke job's saves, and the smoke job Megatron's.
+    ``{"refused": text | "", "lines": [...], "compared": iteration | None}``, and ``"adopt": {"from", "to"}`` when
+    the listing is of the old-style directory (``legacy_of``: the plan's directory, which has no saves) and its
+    saves are this experiment's: the caller moves it to the plan's directory on every node."""
+    directory = listing.get("dir") or plan.get("checkpoint_dir")
+    saves = sorted(listing.get("saves") or [], key=lambda s: s.get("iteration", 0))
+    out: dict[str, Any] = {"refused": "", "lines": [], "compared": None}
+    job = plan.get("job", "megatron")
+    foreign = [
+        s for s in saves
+        if (job == "megatron" and "smoke.pt" in (s.get("files") or {}))
+        or (job == "smoke" and (".metadata" in (s.get("files") or {}) or "args" in s))
+    ]  # fmt: skip
+    if foreign:
+        other = "the smoke job" if job == "megatron" else "Megatron's pretrain_gpt.py"
+        out["refused"] = (
+            f"{node}: the checkpoint directory {directory} holds saves written by {other} (iteration "
+            f"{foreign[-1]['iteration']}), and this run is {'Megatron' if job == 'megatron' else 'the smoke job'}: "
+            f"it cannot resume from them. Nothing was started or changed. {the_fix([], plan, directory)}."
+        )
+        return out
+    legacy_of = listing.get("legacy_of")
+    with_args = [s for s in saves if isinstance(s.get("args"), Mapping)]
+    if legacy_of and saves and not with_args:
+        out["refused"] = (
+            f"{node}: {legacy_of} has no saves, and the old-style checkpoint directory {directory} (named before "
+            "the model, sequence length and precision joined the experiment name) records no arguments to show "
+            f"that it belongs to this experiment. Nothing was started or changed. Move it to {legacy_of} yourself "
+            f"to resume from it, or give -e fresh=true to start anew in {legacy_of} ({directory} is left as it is)."
+        )
+        return out
+    if not with_args:
+        return out
+    newest = with_args[-1]
+    out["compared"] = newest["iteration"]
+    found = saved_args_differences(newest["args"], plan)
+    out["lines"] = [
+        f"checkpoint   iteration {newest['iteration']}'s save differs: {difference_text(e)} ({e['why']}; resumed)"
+        for e in found["stated"]
+    ]
+    if found["fatal"] and legacy_of:
+        out["refused"] = (
+            f"{node}: {legacy_of} has no saves, and the old-style checkpoint directory {directory} (named before "
+            "the model, sequence length and precision joined the experiment name) was written by another "
+            f"configuration (the arguments Megatron recorded in iteration {newest['iteration']}'s save): "
+            + "; ".join(difference_text(e) for e in found["fatal"])
+            + f". Nothing was started or changed. Give -e fresh=true to start anew in {legacy_of} ({directory} "
+            f"is left as it is), or {the_fix(found['fatal'], plan, directory).split(', or ')[-1]}."
+        )
+    elif found["fatal"]:
+        out["refused"] = (
+            f"{node}: the checkpoint directory {directory} was written by another configuration (the arguments "
+            f"Megatron recorded in iteration {newest['iteration']}'s save): "
+            + "; ".join(difference_text(e) for e in found["fatal"])
+            + f". Nothing was started or changed. {the_fix(found['fatal'], plan, directory)}."
+        )
+    elif legacy_of:
+        out["adopt"] = {"from": directory, "to": legacy_of}
+        out["lines"].append(
+            f"checkpoint   {legacy_of} has no saves; the old-style directory {directory} (named before the model, "
+            f"sequence length and precision joined the experiment name) holds this experiment's (the arguments of "
+            f"iteration {newest['iteration']}'s save match): it is moved to {legacy_of} and resumed from"
+        )
+    return out

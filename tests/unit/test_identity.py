@@ -1,0 +1,245 @@
+"""An experiment's identity (trainops.identity): the default experiment name carries the model, its architecture,
+the sequence length and the precision; a resume refuses a checkpoint directory whose newest save recorded another
+configuration (the arguments Megatron keeps in common.pt, as checkpoint_scan.py scan --args reads them), and adopts
+the old-style directory of the same experiment."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from bundle_filters import all_filters
+from presets import load_preset, make_plan
+from trainops.identity import architecture_digest, check_directory, experiment_name, saved_args_differences
+from trainops.model import model_from_dict
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+RECORDED = json.loads((FIXTURES / "megatron-tiny-tp1pp2dp2.json").read_text())
+SAVED = json.loads((FIXTURES / "megatron-tiny-saved-args.json").read_text())["args"]
+HOSTS = [
+    {"name": "node1", "ansible_host": "172.30.0.11", "slots": 2, "accelerator": "cpu"},
+    {"name": "node2", "ansible_host": "172.30.0.12", "slots": 2, "accelerator": "cpu"},
+]
+#: the run that wrote SAVED (tests/integration/test_megatron_train.py's tp1 pp2 dp2 run)
+RUN = {"tp": 1, "pp": 2, "seq_length": 128, "precision": "fp32", "mbs": 2, "gbs": 8, "train_iters": 30}
+CKPT = "/data/mtt-train-ops/checkpoints/megatron-tp1pp2"
+
+
+def plan(model="tiny", exp_name="megatron-tp1pp2", **layout):
+    spec = load_preset(model) if isinstance(model, str) else model
+    return make_plan(model=spec, hosts=HOSTS, layout=dict(RUN, **layout), run_id="r1", exp_name=exp_name,
+                     data_path="mock", work_home="/data/mtt-train-ops")  # fmt: skip
+
+
+def listing(args=SAVED, **changes) -> dict:
+    out = copy.deepcopy(RECORDED)
+    out["dir"] = CKPT
+    out["saves"][-1]["args"] = copy.deepcopy(args)
+    out.update(changes)
+    return out
+
+
+# --- the experiment name -------------------------------------------------------------------------------------------
+
+
+def test_the_default_name_carries_model_architecture_sequence_and_precision_before_the_layout():
+    p = plan(exp_name=None)
+    digest = architecture_digest(model_from_dict(load_preset("tiny")))
+    layout_part = "tp1_pp2_dp2_mbs2_numbs2_gbs8_gpus4"
+    assert p["exp_name"] == f"tiny-{digest}_seq128_fp32_{layout_part}"
+    assert p["checkpoint_dir"] == f"/data/mtt-train-ops/checkpoints/{p['exp_name']}"
+    assert p["run_dir"] == f"/data/mtt-train-ops/runs/{p['exp_name']}/r1"
+    assert p["checkpoint_dir_before"] == f"/data/mtt-train-ops/checkpoints/{layout_part}"  # the old-style name
+    assert f"--save {p['checkpoint_dir']}" in " ".join(p["megatron_args"])
+
+
+def test_runbook_name_for_llama3_8b():
+    musa = [dict(h, slots=8, accelerator="musa") for h in HOSTS]
+    p = make_plan(model=load_preset("llama3-8b"), hosts=musa, layout={"pp": 2}, run_id="r1")
+    assert p["exp_name"].startswith("llama3-8b-") and p["exp_name"].endswith(
+        "_seq4096_fp8_tp1_pp2_dp8_mbs1_numbs128_gbs1024_gpus16"
+    )
+
+
+def test_sequence_precision_and_architecture_each_change_the_name_and_a_given_name_is_kept():
+    base = plan(exp_name=None)["exp_name"]
+    assert plan(exp_name=None, seq_length=256)["exp_name"] != base
+    assert plan(exp_name=None, precision="bf16")["exp_name"] != base
+    deeper = dict(load_preset("tiny"), num_layers=6)  # a custom preset that keeps the name
+    other = plan(model=deeper, exp_name=None, pp=2)["exp_name"]
+    assert other.startswith("tiny-") and other != base
+    same = dict(load_preset("tiny"), name="tiny", description="another text, the same model")
+    assert plan(model=same, exp_name=None)["exp_name"] == base
+    given = plan(exp_name="mine")
+    assert given["exp_name"] == "mine" and given["checkpoint_dir_before"] is None
+
+
+def test_an_odd_preset_name_is_made_one_safe_directory_name():
+    spec = model_from_dict(dict(load_preset("tiny"), name="my model/v2 " + "x" * 60))
+    name = experiment_name(spec, _layout_like(plan()))
+    assert name.startswith("my-model-v2-xxx") and " " not in name and "/" not in name and len(name) <= 100
+
+
+def _layout_like(p):
+    class _Request:
+        precision = p["precision"]
+
+    class _Lay:
+        seq_length = p["seq_length"]
+        request = _Request()
+        exp_name = "tp1_pp2_dp2_mbs2_numbs2_gbs8_gpus4"
+
+    return _Lay()
+
+
+# --- the saved arguments against the plan --------------------------------------------------------------------------
+
+
+def test_the_run_that_wrote_the_directory_matches_it():
+    assert saved_args_differences(SAVED, plan()) == {"fatal": [], "stated": []}
+    found = check_directory(listing(), plan(), "node1")
+    assert found == {"refused": "", "lines": [], "compared": 15}
+
+
+def test_tp_pp_and_dp_differences_are_not_compared():
+    assert saved_args_differences(SAVED, plan(tp=2, pp=1, gbs=8))["fatal"] == []
+
+
+def test_another_sequence_length_is_refused_naming_node_directory_values_and_the_fix():
+    found = check_directory(listing(), plan(seq_length=256), "node1")
+    text = found["refused"]
+    assert text.startswith(f"node1: the checkpoint directory {CKPT} was written by another configuration")
+    assert "iteration 15's save" in text and "seq_length: saved 128, planned 256" in text
+    assert "Nothing was started or changed" in text
+    assert "-e exp=NAME" in text and "-e fresh=true" in text and "-e seq_length=128" in text
+
+
+def test_another_model_is_refused_with_every_differing_argument():
+    bigger = dict(load_preset("tiny"), num_layers=6, hidden_size=256, ffn_hidden_size=704, swiglu=False)
+    text = check_directory(listing(), plan(model=bigger), "node1")["refused"]
+    for needle in (
+        "num_layers: saved 4, planned 6",
+        "hidden_size: saved 128, planned 256",
+        "ffn_hidden_size: saved 352, planned 704",
+        "kv_channels: saved 16, planned 32",
+        "swiglu: saved true, planned false",
+        "-e model=<the preset it was written with>",
+    ):
+        assert needle in text, text
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"num_query_groups": 2}, "num_query_groups: saved 4, planned 2"),
+        ({"num_query_groups": 8}, "num_query_groups: saved 4, planned 8"),  # plain multi-head attention
+        ({"normalization": "LayerNorm"}, "normalization: saved RMSNorm, planned LayerNorm"),
+        ({"untie_embeddings_and_output_weights": False}, "untie_embeddings_and_output_weights: saved true"),
+        ({"rotary_base": 500000}, "rotary_base: saved 10000, planned 500000"),
+        ({"add_bias_linear": True}, "add_bias_linear: saved false, planned true"),
+        ({"vocab_size": 32000}, "padded_vocab_size: saved 4096, planned 32000"),
+    ],
+)
+def test_each_architecture_difference_is_fatal(change, needle):
+    text = check_directory(listing(), plan(model=dict(load_preset("tiny"), **change)), "node1")["refused"]
+    assert needle in text, text
+
+
+def test_precision_and_vocabulary_padding_are_only_stated():
+    found = check_directory(listing(), plan(precision="bf16"), "node1")
+    assert found["refused"] == ""
+    assert found["lines"] == [
+        "checkpoint   iteration 15's save differs: precision: saved fp32, planned bf16 (the same weights train on; "
+        "results are not comparable; resumed)"
+    ]
+    padded = dict(SAVED, padded_vocab_size=4352, vocab_size=4100, tensor_model_parallel_size=2)  # 4100 at tp 2
+    stated = saved_args_differences(padded, plan(model=dict(load_preset("tiny"), vocab_size=4100)))
+    assert stated["fatal"] == [] and [e["arg"] for e in stated["stated"]] == ["padded_vocab_size"]
+
+
+def test_fp8_is_named_with_its_format():
+    saved = dict(SAVED, bf16=True, fp8="hybrid")
+    found = saved_args_differences(saved, plan(precision="bf16"))
+    assert found["stated"][0]["saved"] == "bf16+fp8 hybrid" and found["stated"][0]["planned"] == "bf16"
+
+
+def test_keys_an_older_megatron_did_not_record_are_not_compared():
+    older = {k: v for k, v in SAVED.items() if k not in ("rotary_base", "kv_channels", "bf16", "fp16")}
+    assert saved_args_differences(older, plan(model=dict(load_preset("tiny"), rotary_base=500000))) == {
+        "fatal": [],
+        "stated": [],
+    }
+
+
+def test_the_newest_save_with_arguments_is_compared_and_none_means_no_comparison():
+    two = listing()
+    two["saves"][0]["args"] = dict(SAVED, seq_length=64)  # an old save of another run: the newest decides
+    assert check_directory(two, plan(), "node1")["refused"] == ""
+    none = copy.deepcopy(RECORDED)
+    assert check_directory(none, plan(seq_length=256), "node1") == {"refused": "", "lines": [], "compared": None}
+
+
+def test_the_smoke_jobs_saves_and_megatrons_do_not_mix():
+    smoky = copy.deepcopy(RECORDED)
+    smoky["saves"][-1]["files"] = {"smoke.pt": 1000}
+    text = check_directory(smoky, plan(), "node1")["refused"]
+    assert "holds saves written by the smoke job (iteration 15)" in text and "-e exp=NAME" in text
+    smoke_plan = dict(plan(), job="smoke")
+    assert "written by Megatron's pretrain_gpt.py" in check_directory(listing(), smoke_plan, "node1")["refused"]
+
+
+# --- the old-style directory ---------------------------------------------------------------------------------------
+
+
+def test_an_old_style_directory_of_the_same_configuration_is_adopted():
+    p = plan(exp_name=None)
+    old = listing(dir=p["checkpoint_dir_before"], legacy_of=p["checkpoint_dir"])
+    found = check_directory(old, p, "node1")
+    assert found["refused"] == ""
+    assert found["adopt"] == {"from": p["checkpoint_dir_before"], "to": p["checkpoint_dir"]}
+    assert f"the old-style directory {p['checkpoint_dir_before']}" in found["lines"][-1]
+    assert f"moved to {p['checkpoint_dir']} and resumed from" in found["lines"][-1]
+
+
+def test_an_old_style_directory_of_another_configuration_is_refused_and_left_alone():
+    p = plan(exp_name=None, seq_length=256)
+    old = listing(dir=p["checkpoint_dir_before"], legacy_of=p["checkpoint_dir"])
+    found = check_directory(old, p, "node1")
+    assert "adopt" not in found
+    text = found["refused"]
+    assert f"node1: {p['checkpoint_dir']} has no saves, and the old-style checkpoint directory" in text
+    assert "seq_length: saved 128, planned 256" in text
+    assert f"-e fresh=true to start anew in {p['checkpoint_dir']} ({p['checkpoint_dir_before']} is left" in text
+    assert "-e seq_length=128" in text
+    unknown = copy.deepcopy(RECORDED)
+    unknown.update(dir=p["checkpoint_dir_before"], legacy_of=p["checkpoint_dir"])
+    assert "records no arguments" in check_directory(unknown, p, "node1")["refused"]
+
+
+# --- the resume choice (the filter checkpoint_resume.yml calls) ----------------------------------------------------
+
+choose = all_filters()["trainops_resume_choice"]
+
+
+def test_the_resume_choice_refuses_another_configuration_even_unverified():
+    scan = {"stdout": json.dumps(listing())}
+    for verify in (True, False):
+        refused = choose(scan, plan(seq_length=256), verify, "node1")
+        assert "seq_length: saved 128, planned 256" in refused["refused"] and refused["resume"] == ""
+    ok = choose(scan, plan(), True, "node1")
+    assert ok["refused"] == "" and ok["resume"] == "15" and ok["adopt"] is None
+
+
+def test_the_resume_choice_adopts_an_old_style_directory():
+    p = plan(exp_name=None)
+    scan = {"stdout": json.dumps(listing(dir=p["checkpoint_dir_before"], legacy_of=p["checkpoint_dir"]))}
+    choice = choose(scan, replace_job(p), True, "node1")
+    assert choice["refused"] == "" and choice["resume"] == "15"
+    assert choice["adopt"] == {"from": p["checkpoint_dir_before"], "to": p["checkpoint_dir"]}
+
+
+def replace_job(p):
+    # the recorded saves are the tp1 pp2 dp2 run's: its plan's checkpoint size is the one they are judged against
+    return dict(p, checkpoint_bytes=25034240)
