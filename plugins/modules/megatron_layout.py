@@ -41,7 +41,8 @@ options:
         C(seq_length), C(precision) (bf16 or fp8), C(recompute) (auto, none, selective, full),
         C(distributed_optimizer), C(sequence_parallel), C(flash_attention), C(transformer_impl)
         (transformer_engine or local), C(megatron_version),
-        C(first_stage_layers), C(last_stage_layers), C(train_iters). Strings from C(-e) are converted.
+        C(first_stage_layers), C(last_stage_layers), C(train_iters), C(recipe) (default or vendor).
+        Strings from C(-e) are converted.
     type: dict
     default: {}
   training:

@@ -62,6 +62,8 @@ class LayoutRequest:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     train_iters: int = 100000
+    #: default (the bundle's choices) or vendor (the vendor's Llama3-8B script's: :mod:`.recipe`).
+    recipe: str = "default"
 
 
 DEFAULT_NUM_MICROBATCHES = 128

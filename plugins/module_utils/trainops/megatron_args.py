@@ -48,6 +48,15 @@ class TrainingConfig:
     #: card-check machine or the CPU testbed; the layout role takes the backend profile's megatron_fused_kernels)
     #: renders --no-gradient-accumulation-fusion, --no-rope-fusion and the other --no-*-fusion flags.
     fused_kernels: bool = True
+    #: A sample-based schedule (the vendor's recipe): --train-samples N and --lr-warmup-samples instead of
+    #: --train-iters and --lr-warmup-iters; Megatron trains N // gbs iterations. None: by iterations.
+    train_samples: int | None = None
+    #: With train_samples: the warm-up in samples; None: 2000 iterations' worth (2000 x gbs, the vendor's).
+    lr_warmup_samples: int | None = None
+    #: False: --no-bias-swiglu-fusion --no-bias-dropout-fusion (the vendor's script sets them on MUSA).
+    bias_fusions: bool = True
+    #: False: --no-masked-softmax-fusion (the vendor's script; Transformer Engine's attention does not use it).
+    masked_softmax_fusion: bool = True
 
 
 #: ``data_path`` value that trains on Megatron's mock dataset (--mock-data) with its NullTokenizer: no dataset
@@ -114,7 +123,10 @@ def build_megatron_args(
         model.position_embedding_type,
     ]
     if model.position_embedding_type == "rope":
-        args += ["--rotary-base", str(model.rotary_base), "--no-position-embedding"]
+        # rotary_base None (recipe=vendor): not passed, Megatron's default 10000
+        args += (["--rotary-base", str(model.rotary_base)] if model.rotary_base is not None else []) + [
+            "--no-position-embedding"
+        ]
     if model.swiglu:
         args.append("--swiglu")
     args += ["--normalization", model.normalization, "--norm-epsilon", _num(model.norm_epsilon)]
@@ -159,9 +171,8 @@ def build_megatron_args(
         str(layout.micro_batch_size),
         "--global-batch-size",
         str(layout.global_batch_size),
-        "--train-iters",
-        str(req.train_iters),
     ]
+    args += ["--train-samples", str(t.train_samples)] if t.train_samples else ["--train-iters", str(req.train_iters)]
 
     # Precision, layers and attention: the attention rendered is the one the memory estimate assumes
     # (layout.attention_kind). --use-flash-attn is not rendered: Megatron core 0.14 reads it only in the legacy
@@ -190,8 +201,11 @@ def build_megatron_args(
         _num(t.min_lr),
         "--lr-decay-style",
         t.lr_decay_style,
-        "--lr-warmup-iters",
-        str(warmup_iters(t, req.train_iters)),
+        *(
+            ["--lr-warmup-samples", str(warmup_samples(t, layout.global_batch_size))]
+            if t.train_samples
+            else ["--lr-warmup-iters", str(warmup_iters(t, req.train_iters))]
+        ),
         "--weight-decay",
         _num(t.weight_decay),
         "--adam-beta1",
@@ -212,6 +226,10 @@ def build_megatron_args(
             "--no-bias-dropout-fusion",
             "--no-persist-layer-norm",
         ]
+    fusions_off = ["--no-bias-swiglu-fusion", "--no-bias-dropout-fusion"] * (not t.bias_fusions) + [
+        "--no-masked-softmax-fusion"
+    ] * (not t.masked_softmax_fusion)
+    args += [flag for flag in fusions_off if flag not in args]
 
     if paths.data_path == MOCK_DATA:
         # NullTokenizer's vocabulary is --vocab-size + 1 (its end-of-document id); Megatron pads it as usual
@@ -318,6 +336,37 @@ def evaluation(training: TrainingConfig, data_path: str) -> tuple[int, str]:
         f"{training.eval_iters} iterations every {training.eval_interval} on the validation part of split "
         f"{training.split!r}"
     )
+
+
+#: The vendor's warm-up: 2000 iterations, given to Megatron in samples.
+WARMUP_ITERS_IN_SAMPLES = 2000
+
+
+def warmup_samples(training: TrainingConfig, global_batch_size: int) -> int:
+    """The warm-up in samples of a sample-based schedule: given, or 2000 x gbs."""
+    if training.lr_warmup_samples is not None:
+        return training.lr_warmup_samples
+    return WARMUP_ITERS_IN_SAMPLES * global_batch_size
+
+
+def check_samples(training: TrainingConfig, global_batch_size: int) -> list[str]:
+    """A sample-based schedule Megatron cannot run: shorter than one global batch (no iteration), or a warm-up
+    not shorter than the run (its scheduler asserts warm-up < decay steps)."""
+    samples = training.train_samples
+    if not samples:
+        return []
+    if not isinstance(samples, int) or samples < global_batch_size:
+        return [
+            f"training.train_samples={samples!r} is less than one global batch ({global_batch_size}): Megatron "
+            f"would train 0 iterations; give at least {global_batch_size}"
+        ]
+    warm = warmup_samples(training, global_batch_size)
+    if warm >= samples:
+        return [
+            f"the warm-up of {warm} samples is not shorter than train_samples={samples} (Megatron's scheduler "
+            f'asserts it): give -e \'{{"training": {{"lr_warmup_samples": N}}}}\' with N < {samples}'
+        ]
+    return []
 
 
 def check_training(training: TrainingConfig, train_iters: int) -> list[str]:

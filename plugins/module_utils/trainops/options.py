@@ -127,6 +127,9 @@ OPTIONS: dict[str, Option] = {
         _o("last_stage_layers", "int", "Layers of the last pipeline stage (overrides the computed split).", TRAIN,
            minimum=1, docs="docs/plan.md"),
         _o("train_iters", "int", "Training iterations.", TRAIN, 100000, minimum=1, docs="docs/plan.md"),
+        _o("recipe", "choice", "default: the bundle's choices; vendor: the vendor's Llama3-8B script (sample-based "
+           "schedule, RoPE base 10000, its fusion flags and stage split).", TRAIN, "default",
+           choices=("default", "vendor"), docs="docs/plan.md"),
         _o("training", "map", "Optimiser and schedule overrides (lr, min_lr, save_interval, ...), as JSON.", TRAIN,
            {}, fix='give a mapping, as -e \'{"training": {"lr": 3e-4}}\'', docs="docs/plan.md"),
         _o("distributed_timeout_minutes", "int", "Megatron's --distributed-timeout-minutes.", TRAIN, 10, minimum=1,

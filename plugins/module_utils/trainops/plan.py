@@ -19,11 +19,20 @@ from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
 from .identity import experiment_name
 from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_scores, plan_layout
-from .megatron_args import MOCK_DATA, RunPaths, TrainingConfig, build_megatron_args, check_training, evaluation
+from .megatron_args import (
+    MOCK_DATA,
+    RunPaths,
+    TrainingConfig,
+    build_megatron_args,
+    check_samples,
+    check_training,
+    evaluation,
+)
 from .memory import GIB, checkpoint_bytes, megatron_theoretical
 from .model import ModelSpec, model_from_dict
 from .options import OptionError, convert
 from .plan_request import FLOPS_CONVENTIONS, PlanRequest, coerce
+from .recipe import apply_recipe
 from .recommend import describe, layout_stage_memory, memory_limit_gib, recommend
 from .tokenizer import TYPES as TOKENIZER_TYPES
 from .tokenizer import TokenizerFormatError, megatron_tokenizer
@@ -187,6 +196,7 @@ def _checked(r: PlanRequest) -> _Checked:
         problems += exc.problems
     request = _dataclass_from(LayoutRequest, r.layout, problems, "layout")
     train_cfg = _dataclass_from(TrainingConfig, r.training or {}, problems, "training")
+    spec, request, train_cfg = apply_recipe(spec, request, train_cfg, r.layout, r.training or {}, problems)
     if r.printed_flops_convention not in FLOPS_CONVENTIONS:
         problems.append(
             f"printed_flops_convention {r.printed_flops_convention!r} must be one of {', '.join(FLOPS_CONVENTIONS)}"
@@ -205,6 +215,14 @@ def _checked(r: PlanRequest) -> _Checked:
                 lay = replace(lay, warnings=(*lay.warnings, torch_norm_note))
         except PlanError as exc:
             problems += exc.problems
+    if lay is not None and train_cfg.train_samples:
+        # sample-based (recipe=vendor): Megatron trains train_samples // gbs iterations; the plan says that many
+        problems += check_samples(train_cfg, lay.global_batch_size)
+        iters = (
+            max(1, train_cfg.train_samples // lay.global_batch_size) if isinstance(train_cfg.train_samples, int) else 1
+        )
+        request = replace(request, train_iters=iters)
+        lay = replace(lay, request=replace(lay.request, train_iters=iters))
     if isinstance(request.train_iters, int):
         problems += check_training(train_cfg, request.train_iters)
     dataset = None
@@ -326,6 +344,7 @@ def _plan_mapping(
         "recompute": lay.request.recompute,
         "recompute_requested": request.recompute,
         "recompute_reason": lay.recompute_reason,
+        "recipe": request.recipe,
         "sequence_parallel": lay.sequence_parallel,
         "distributed_optimizer": request.distributed_optimizer,
         "padded_vocab_size": lay.padded_vocab,
@@ -521,6 +540,14 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         f"{plan['tokens_per_iteration']:,} tokens/iteration",
         f"attention    {_attention_text(plan['memory_gib'])}",
         *([f"recompute    {plan['recompute_reason']}"] if plan.get("recompute_reason") else []),
+        *(
+            [
+                "recipe       vendor: the vendor's Llama3-8B script (--train-samples, RoPE base 10000, its fusion "
+                "flags and stage split; docs/plan.md)"
+            ]
+            if plan.get("recipe") == "vendor"
+            else []
+        ),
         *([f"evaluation   {plan['evaluation']['why']}"] if plan.get("evaluation") else []),
         f"peak         {plan['peak_source']}",
         f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']})",
