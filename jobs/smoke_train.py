@@ -66,7 +66,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cp", type=int, default=1)
     parser.add_argument("--train-iters", type=int, default=20)
     parser.add_argument("--micro-batch-size", type=int, default=1)
-    parser.add_argument("--global-batch-size", type=int, default=0, help="default: mbs x world size")
+    parser.add_argument("--global-batch-size", type=int, default=0, help="default: mbs x data-parallel size")
     parser.add_argument("--seq-length", type=int, default=128)
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--vocab-size", type=int, default=257)
@@ -233,10 +233,14 @@ def main() -> None:
             flush=True,
         )
 
-    gbs = args.global_batch_size or args.micro_batch_size * world
-    if gbs % (args.micro_batch_size * world):
-        raise SystemExit(f"global batch {gbs} is not divisible by mbs x world = {args.micro_batch_size * world}")
-    accumulation = gbs // (args.micro_batch_size * world)
+    # As in Megatron, the global batch is split over the data-parallel replicas only: the ranks of one model-parallel
+    # group (tp x pp x cp of them, one dp rank) read the same micro-batches. Each rank holds the whole small model,
+    # so the gradient all-reduce runs over the world, and ranks with the same data add the same gradient.
+    dp, dp_rank = sizes["dp"], parallel_state.get_data_parallel_rank()
+    gbs = args.global_batch_size or args.micro_batch_size * dp
+    if gbs % (args.micro_batch_size * dp):
+        raise SystemExit(f"global batch {gbs} is not divisible by mbs x dp = {args.micro_batch_size * dp}")
+    accumulation = gbs // (args.micro_batch_size * dp)
     card = device.type != "cpu"
     model = TinyLM(args.vocab_size, args.hidden_size).to(device)
     model = DistributedDataParallel(model, device_ids=[device.index] if card else None)
@@ -270,7 +274,7 @@ def main() -> None:
             for micro in range(accumulation):
                 rows = []
                 for row in range(args.micro_batch_size):
-                    sample = (consumed + (rank * accumulation + micro) * args.micro_batch_size + row) * span
+                    sample = (consumed + (dp_rank * accumulation + micro) * args.micro_batch_size + row) * span
                     offset = sample % (tokens.numel() - span)
                     rows.append(tokens[offset : offset + span])
                 batch = torch.stack(rows)

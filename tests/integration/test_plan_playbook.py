@@ -102,7 +102,9 @@ def test_launch_script_runs_torchrun_with_the_exact_plan(tmp_path):
     (fake / "torchrun").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$RECORD"\n')
     (fake / "torchrun").chmod(0o755)
     record = tmp_path / "argv"
-    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", RECORD=str(record))
+    # MTT_TRAIN_OPS_ENV set: the script keeps this environment instead of taking the container's first process's
+    # (there is no container here; test_train.py compares the ranks' environments on the testbed)
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", RECORD=str(record), MTT_TRAIN_OPS_ENV="test")
     # cd is stubbed: the image's Megatron-LM directory does not exist on the controller.
     subprocess.run(
         ["bash", "-c", 'cd() { :; }; source "$1"', "_", str(out / "launch-node2.sh")],
@@ -113,7 +115,7 @@ def test_launch_script_runs_torchrun_with_the_exact_plan(tmp_path):
     )
     argv = record.read_bytes().split(b"\0")[:-1]
     plan = json.loads((out / "plan.json").read_text())
-    entry = argv.index(b"/home/megatron-lm-musa-patch/pretrain_gpt.py")
+    entry = argv.index(b"/home/megatron-lm-musa-patch/examples/llama3/pretrain_gpt.py")
     assert [a.decode() for a in argv[entry + 1 :]] == plan["megatron_args"]
     launcher = [a.decode() for a in argv[:entry]]
     assert launcher[launcher.index("--node_rank") + 1] == "1"

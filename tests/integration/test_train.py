@@ -98,18 +98,46 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
     _no_injection()
 
 
+def _rank_environ(node: str, rank: int) -> dict[str, str]:
+    """/proc/<pid>/environ of the running launch's rank ``rank`` (torchrun's RANK) in the node's container."""
+    script = (
+        f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -qx 'RANK={rank}' && "
+        "tr '\\0' '\\n' < $p/environ | grep -q '^MTT_TRAIN_OPS_RUN=' && { cat $p/environ; break; }; done"
+    )
+    found = in_container(node, script).stdout
+    assert found, f"no rank {rank} on {node}"
+    return dict(entry.split("=", 1) for entry in found.split("\0") if "=" in entry)
+
+
+#: what torchrun sets per rank, and the container's hostname (with host networking, each node's own)
+PER_RANK = {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_ERROR_FILE", "HOSTNAME"}
+
+
+def _same_start(environ: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in environ.items() if name not in PER_RANK}
+
+
 def test_a_busy_cluster_is_refused_and_stop_twice_changes_nothing_the_second_time(provisioned):
-    started = playbook("train.yml", *SMALL, "-e", "train_iters=100000", "-e", "wait=false")
+    # the testbed's default job (the smoke job) at tp=2 pp=2: Megatron's groups and the plan's dp (1), gbs 2
+    started = playbook("train.yml", *SMALL, "-e", "tp=2", "-e", "pp=2", "-e", "train_iters=100000", "-e", "wait=false")
     assert started.returncode == 0, started.stdout[-4000:]
+    exp = re.search(r"experiment\s+(\S+)", started.stdout).group(1)
+    assert "tp2_pp2_dp1" in exp, exp
+    _wait_for_iterations(exp, 3)
     assert "follow it:  ansible-playbook playbooks/status.yml" in started.stdout
-    time.sleep(5)
     status = playbook("playbooks/status.yml")
     assert status.returncode == 0, status.stdout[-4000:]
     assert re.search(r"node2\s+running", status.stdout), status.stdout[-3000:]
+    # the master's ranks (started through docker exec) and the worker's (over sshd) have one environment
+    master, worker = _rank_environ("node1", 0), _rank_environ("node2", 2)
+    assert master["MTT_TRAIN_OPS_ENV"] == "container" and master["PYTHONPATH"], master
+    assert _same_start(master) == _same_start(worker), set(_same_start(master).items()) ^ set(
+        _same_start(worker).items()
+    )
 
     refused = playbook("train.yml", *SMALL, "-e", "train_iters=10")
     assert refused.returncode != 0
-    assert "node1: a job is running: run 'tp1_pp1_dp4_mbs1_numbs2_gbs8_gpus4/" in refused.stdout
+    assert f"node1: a job is running: run '{exp}/" in refused.stdout
     assert "ansible-playbook stop.yml" in refused.stdout
     assert recap(refused.stdout)["node1"]["changed"] == 0
 

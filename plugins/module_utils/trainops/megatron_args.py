@@ -36,8 +36,10 @@ class TrainingConfig:
     eval_interval: int = 1000
     #: Rendered as 0 when the data has no validation part (:func:`evaluation`): Megatron would evaluate nothing.
     eval_iters: int = 10
-    #: Megatron's --split (train, validation, test proportions); "1": everything trains, no validation set.
-    split: str = "1"
+    #: Megatron's --split (train, validation, test proportions). The default keeps 2 % of the documents for
+    #: validation, so that the run's validation loss is measured every eval_interval (the vendor's "1" trains on
+    #: everything and, with it, evaluation is off: see evaluation()); no test part (the bundle runs no test).
+    split: str = "98,2,0"
     #: Megatron's --distributed-timeout-minutes (its default, 10): how long a collective may wait before the
     #: process group gives up. The bundle's hang detection (hang_timeout) usually acts well before it.
     distributed_timeout_minutes: int = 10

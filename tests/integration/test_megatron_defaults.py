@@ -1,0 +1,59 @@
+"""The defaults a user gets, run as rendered: Megatron-LM's own pretrain_gpt.py (core_v0.14.0, through the vendor's
+entry point path in the stand-in) trains on the testbed's real indexed dataset with its Hugging Face tokenizer and
+the training options exactly as the bundle renders them by default; only the counts are scaled down (iterations,
+evaluation and save intervals), through three evaluations and three saves to `finished`.
+
+What the other testbed tests override, and why (keep this list short):
+- `data_path=mock` (test_megatron_train.py): Megatron's mock data needs no tokenizer, and its runs compare losses
+  across layouts and resumes; this module trains on the real dataset instead.
+- `eval_iters: 0` or 2 (test_megatron_train.py): fewer forward passes on a CPU; this module keeps the default 10.
+- `precision=fp32` (the tp1 pp2 dp2 run): a resume must reproduce an uninterrupted run's losses exactly.
+- `gbs`, `mbs`, `num_microbatches=none`: the layouts under test need a global batch that every dp divides.
+- `hang_timeout`, `progress_interval`, `train_iters`, `save_interval`, `eval_interval`: counts and times, scaled to
+  a CPU.
+The testbed inventory itself sets what a CPU cannot run otherwise: the tiny model at seq 128, bf16 without FP8,
+`transformer_impl=local`, no flash attention (docs/megatron-on-cpu.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from testbed import clean_experiment, has_megatron, in_container, latest_run, playbook
+
+pytestmark = pytest.mark.testbed
+
+EXP = "defaults-real-data"
+#: the counts, scaled down: 12 iterations, a validation and a save every 4
+COUNTS = ("-e", "train_iters=12", "-e", json.dumps({"training": {"save_interval": 4, "eval_interval": 4}}))
+
+
+def test_the_default_launch_trains_megatron_on_real_data_through_evaluations_and_saves(provisioned):
+    if not has_megatron():
+        pytest.skip("the stand-in image has no Megatron-LM tree (make megatron-src MEGATRON_TARBALL=...)")
+    clean_experiment(EXP)
+    done = playbook("train.yml", "-e", "smoke=false", "-e", f"exp={EXP}", *COUNTS)
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert "evaluation   10 iterations every 4 on the validation part of split '98,2,0'" in done.stdout
+    assert re.search(r"recompute\s+auto: none", done.stdout), done.stdout[-6000:]
+    run_dir = latest_run(EXP)
+    plan = json.loads((run_dir / "plan" / "plan.json").read_text())
+    args = plan["megatron_args"]
+    # the real dataset and its Hugging Face tokenizer, with evaluation on (not the tests' mock data, eval_iters 0)
+    assert "--mock-data" not in args and args[args.index("--data-path") + 1] == "/data/datasets/testbed_text_document"
+    assert args[args.index("--tokenizer-type") + 1] == "HuggingFaceTokenizer"
+    assert args[args.index("--eval-iters") + 1] == "10" and args[args.index("--split") + 1] == "98,2,0"
+    assert "--recompute-granularity" not in args
+    launch = (run_dir / "plan" / "launch-node2.sh").read_text()
+    assert "/home/megatron-lm-musa-patch/examples/llama3/pretrain_gpt.py" in launch
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["job"] == "megatron" and summary["state"] == "finished", summary.get("failure_text")
+    assert summary["last_iteration"] == 12 and summary["nan_iterations"] == 0
+    assert [s["iteration"] for s in summary["checkpoints"]["saved"]] == [4, 8, 12]
+    log = in_container("node2", f"cat /data/mtt-train-ops/runs/{EXP}/*/logs/node2/*/attempt_0/1/stdout.log").stdout
+    evaluated = [int(i) for i in re.findall(r"validation loss at iteration (\d+) \| lm loss value", log)]
+    assert evaluated[:3] == [4, 8, 12], evaluated
+    assert summary["last_validation"]["iteration"] == 12 and summary["last_validation"]["losses"]["lm loss"] > 0
