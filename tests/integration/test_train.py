@@ -124,7 +124,7 @@ def test_a_busy_cluster_is_refused_and_stop_twice_changes_nothing_the_second_tim
     exp = re.search(r"experiment\s+(\S+)", started.stdout).group(1)
     assert "tp2_pp2_dp1" in exp, exp
     _wait_for_iterations(exp, 3)
-    assert "follow it:  ansible-playbook playbooks/status.yml" in started.stdout
+    assert "follow it:  ansible-playbook -i inventory/testbed playbooks/status.yml" in started.stdout
     status = playbook("playbooks/status.yml")
     assert status.returncode == 0, status.stdout[-4000:]
     assert re.search(r"node2\s+running", status.stdout), status.stdout[-3000:]
@@ -138,7 +138,7 @@ def test_a_busy_cluster_is_refused_and_stop_twice_changes_nothing_the_second_tim
     refused = playbook("train.yml", *SMALL, "-e", "train_iters=10")
     assert refused.returncode != 0
     assert f"node1: a job is running: run '{exp}/" in refused.stdout
-    assert "ansible-playbook stop.yml" in refused.stdout
+    assert "ansible-playbook -i inventory/testbed stop.yml" in refused.stdout
     assert recap(refused.stdout)["node1"]["changed"] == 0
 
     stopped = playbook("stop.yml")
