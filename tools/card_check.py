@@ -322,7 +322,12 @@ def main() -> int:
     out = opts.out.resolve()
     work = out / "work"
     backend = backend_for(megatron)
-    env = dict(os.environ, PYTHONPATH=str(megatron) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # MTT_TRAIN_OPS_ENV: the launch script keeps this environment (here no container's first process holds one)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(megatron) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        MTT_TRAIN_OPS_ENV="card-check",
+    )
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "device": device,
