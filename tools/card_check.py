@@ -209,6 +209,9 @@ def hand_written(plan: dict[str, Any], model: dict[str, Any], megatron: Path, ca
         "--micro-batch-size", str(plan["micro_batch_size"]), "--global-batch-size", str(plan["global_batch_size"]),
         "--train-iters", str(plan["train_iters"]), "--lr", "1.5e-5", "--bf16", "--transformer-impl", "local",
         "--no-gradient-accumulation-fusion", "--no-rope-fusion",
+        # without Apex: Megatron's default persistent layer norm asserts on torch's norm (seen on an H200, 2026-12-04),
+        # and the masked-softmax kernel is Megatron's own compiled one
+        "--no-persist-layer-norm", "--no-masked-softmax-fusion",
     ]  # fmt: skip
     data = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(model["vocab_size"] - 1)]
     logging = ["--log-interval", "1", "--log-throughput", "--eval-iters", "0", "--eval-interval", "1000"]
