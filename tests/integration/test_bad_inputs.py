@@ -61,7 +61,7 @@ CASES = [
         "recompute",
         "playbooks/plan.yml",
         ("-e", "recompute=some"),
-        "-e recompute='some' must be one of none, selective, full",
+        "-e recompute='some' must be one of auto, none, selective, full",
     ),
     (
         "distopt-bool",
