@@ -88,6 +88,33 @@ def test_write_run_files_writes_each_file_whole_with_scripts_executable(tmp_path
     assert not list(tmp_path.rglob("*.tmp"))
 
 
+def test_write_run_files_refuses_a_busy_node_naming_the_controllers_commands(tmp_path):
+    """A launch of this bundle that started on the node after the idle check: refused, with the stop and status
+    command lines the controller gives (its -i), and nothing written."""
+    work_home = tmp_path / "work"
+    run_dir = work_home / "runs" / "exp" / "20261204-000000"
+    (run_dir / "pids").mkdir(parents=True)
+    sleeper = subprocess.Popen(
+        ["sleep", "30"], env={**os.environ, "MTT_TRAIN_OPS_RUN": str(run_dir)}, start_new_session=True
+    )
+    try:
+        (run_dir / "pids" / "node1.pid").write_text(f"{sleeper.pid}\n")
+        files = {"run_groups.py": (ROOT / "roles/run_groups/files/run_groups.py").read_text()}
+        new_run = tmp_path / "new-run"
+        done = run(
+            "launch", "write_run_files.py", "--run-dir", str(new_run), "--node", "node1",
+            "--work-home", str(work_home), "--stop-command", "ansible-playbook -i inventory/site stop.yml",
+            "--status-command", "ansible-playbook -i inventory/site playbooks/status.yml",
+            stdin=json.dumps(files),
+        )  # fmt: skip
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert done.returncode == 3, done.stderr
+    assert "node1: a job is running" in done.stderr and "`ansible-playbook -i inventory/site stop.yml`" in done.stderr
+    assert not new_run.exists()
+
+
 @pytest.mark.parametrize("name", ["../escape.sh", "/etc/passwd"])
 def test_write_run_files_refuses_names_outside_the_run_directory(tmp_path, name):
     done = run("launch", "write_run_files.py", "--run-dir", str(tmp_path / "run"), stdin=json.dumps({name: "x"}))

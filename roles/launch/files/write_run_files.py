@@ -30,13 +30,15 @@ def write_files(run_dir: str, files: dict[str, str]) -> int:
     return len(files)
 
 
-def busy_refusal(run_groups_source: str, node: str, work_home: str) -> str:
+def busy_refusal(
+    run_groups_source: str, node: str, work_home: str, stop_command: str = "", status_command: str = ""
+) -> str:
     """Why this node is refused ("" when no launch of this bundle runs on it), by the run_groups.py the run's files
-    carry (stop.sh's own code, and the run_groups role's)."""
+    carry (stop.sh's own code, and the run_groups role's); the commands it names are the controller's, with its -i."""
     run_groups: dict = {"__name__": "run_groups"}
     exec(compile(run_groups_source, "run_groups.py", "exec"), run_groups)  # noqa: S102 - the bundle's own file
     live = list(run_groups["live_groups"](node, work_home))
-    return run_groups["refusal"](node, live) if live else ""
+    return run_groups["refusal"](node, live, stop_command, status_command) if live else ""
 
 
 def main(argv: list[str]) -> int:
@@ -44,6 +46,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--run-dir", required=True, help="the run's directory inside the container")
     parser.add_argument("--node", help="this node's inventory name (with --work-home: refuse a busy node)")
     parser.add_argument("--work-home", help="the directory that holds the bundle's runs in the container")
+    parser.add_argument("--stop-command", default="", help="the command that stops a run, as the refusal says")
+    parser.add_argument("--status-command", default="", help="the command that follows a run, as the refusal says")
     args = parser.parse_args(argv)
     files = json.load(sys.stdin)
     bad = [name for name in files if name.startswith("/") or ".." in name.split("/")]
@@ -51,7 +55,9 @@ def main(argv: list[str]) -> int:
         print(f"refusing file names outside the run directory: {', '.join(bad)}", file=sys.stderr)
         return 2
     if args.node and args.work_home and "run_groups.py" in files:
-        refused = busy_refusal(files["run_groups.py"], args.node, args.work_home)
+        refused = busy_refusal(
+            files["run_groups.py"], args.node, args.work_home, args.stop_command, args.status_command
+        )
         if refused:
             print(refused, file=sys.stderr)
             return 3
