@@ -6,9 +6,8 @@ from dataclasses import replace
 
 import pytest
 from trainops.errors import PlanError
-from trainops.layout import LayoutRequest, keeps_attention_scores, plan_layout
+from trainops.layout import LayoutRequest, keeps_attention_scores, plan_layout, stage_memory
 from trainops.megatron_args import RunPaths, TrainingConfig, build_megatron_args, check_training
-from trainops.recommend import layout_stage_memory
 
 PATHS = RunPaths("/data/d", "/data/tok/vocab.json", "TikTokenizer", "/w/ck", "/w/tb")
 
@@ -95,10 +94,10 @@ def test_the_attention_rendered_is_the_one_the_memory_estimate_assumes(
     assert (value_of(args, "--attention-backend") if "--attention-backend" in args else None) == backend
     assert keeps_attention_scores(request) is scores
     # the estimate's activations grow by the s x s scores exactly when the rendered attention keeps them
-    fused = layout_stage_memory(
+    fused = stage_memory(
         llama8b, replace(lay, request=replace(request, transformer_impl="transformer_engine", flash_attention=True))
     )
-    counted = layout_stage_memory(llama8b, lay)
+    counted = stage_memory(llama8b, lay)
     s, a = lay.seq_length, llama8b.num_attention_heads
     extra = counted[0].activations - fused[0].activations
     per_layer_and_microbatch = 5 * a * s * s * lay.micro_batch_size

@@ -19,14 +19,13 @@ from .errors import PlanError
 from .flops import layer_flops_per_token, output_layer_flops_per_token
 from .memory import GIB, StageMemory, estimate_stages
 from .model import ModelSpec
+from .plan_request import DEFAULT_HEADROOM
 
 PRECISIONS = ("bf16", "fp8", "fp32")
 #: auto: the least recomputation (in this order after it) whose estimate fits the card less the headroom.
 RECOMPUTE = ("auto", "none", "selective", "full")
 #: What auto tries, least recomputation first.
 RECOMPUTE_ORDER = ("none", "selective", "full")
-#: The planner's default share of the card kept free (plan_request.DEFAULT_HEADROOM, -e memory_headroom_fraction).
-DEFAULT_HEADROOM_FRACTION = 0.10
 #: Megatron's --transformer-impl: Transformer Engine layers (FP8, fused attention), or Megatron's own (local).
 TRANSFORMER_IMPLS = ("transformer_engine", "local")
 #: How much slower than the best split an even split may be and still be chosen.
@@ -279,6 +278,11 @@ def stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
     )
 
 
+def memory_limit_gib(cluster: Cluster, headroom_fraction: float) -> float:
+    """What the planner lets a layout use on one card."""
+    return cluster.memory_gib * (1 - headroom_fraction)
+
+
 def choose_recompute(model: ModelSpec, cluster: Cluster, layout: Layout, headroom_fraction: float) -> Layout:
     """``layout`` with ``recompute=auto`` resolved: the least recomputation (none < selective < full) whose most
     loaded stage fits the card less the headroom, as the planner judges fit (plan.memory_report); full when none
@@ -286,7 +290,7 @@ def choose_recompute(model: ModelSpec, cluster: Cluster, layout: Layout, headroo
     req = layout.request
     if req.recompute != "auto":
         return replace(layout, recompute_reason=f"{req.recompute} (given: -e recompute={req.recompute})")
-    limit = cluster.memory_gib * (1 - headroom_fraction)
+    limit = memory_limit_gib(cluster, headroom_fraction)
     needs: list[str] = []
     for mode in RECOMPUTE_ORDER:
         chosen = replace(layout, request=replace(req, recompute=mode))
@@ -305,7 +309,7 @@ def choose_recompute(model: ModelSpec, cluster: Cluster, layout: Layout, headroo
 
 
 def plan_layout(
-    model: ModelSpec, cluster: Cluster, req: LayoutRequest, headroom_fraction: float = DEFAULT_HEADROOM_FRACTION
+    model: ModelSpec, cluster: Cluster, req: LayoutRequest, headroom_fraction: float = DEFAULT_HEADROOM
 ) -> Layout:
     """Validate ``req`` for ``model`` on ``cluster`` and derive the layout; ``recompute=auto`` is resolved against
     the card's memory less ``headroom_fraction`` (:func:`choose_recompute`)."""

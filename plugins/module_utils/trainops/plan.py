@@ -18,7 +18,15 @@ from .dataset_manifest import ManifestError, epochs, manifest_for_plan
 from .errors import PlanError
 from .flops import flops_per_iteration, flops_per_token
 from .identity import experiment_name
-from .layout import Layout, LayoutRequest, attention_kind, keeps_attention_scores, plan_layout
+from .layout import (
+    Layout,
+    LayoutRequest,
+    attention_kind,
+    keeps_attention_scores,
+    memory_limit_gib,
+    plan_layout,
+    stage_memory,
+)
 from .megatron_args import (
     MOCK_DATA,
     RunPaths,
@@ -31,9 +39,9 @@ from .megatron_args import (
 from .memory import GIB, checkpoint_bytes, megatron_theoretical
 from .model import ModelSpec, model_from_dict
 from .options import OptionError, convert
-from .plan_request import FLOPS_CONVENTIONS, PlanRequest, coerce
+from .plan_request import DEFAULT_HEADROOM, FLOPS_CONVENTIONS, PlanRequest, coerce
 from .recipe import apply_recipe
-from .recommend import describe, layout_stage_memory, memory_limit_gib, recommend
+from .recommend import describe, recommend
 from .tokenizer import TYPES as TOKENIZER_TYPES
 from .tokenizer import TokenizerFormatError, megatron_tokenizer
 
@@ -81,7 +89,7 @@ def resolve_tokenizer(explicit: str | None, path: str, model: ModelSpec) -> tupl
 def memory_report(model: ModelSpec, cluster: Cluster, layout: Layout, headroom: float) -> dict[str, Any]:
     """Per-stage estimate, the most loaded stage, and Megatron's own theoretical figure."""
     req = layout.request
-    stages = layout_stage_memory(model, layout)
+    stages = stage_memory(model, layout)
     worst = max(stages, key=lambda st: st.total)
     limit = memory_limit_gib(cluster, headroom)
     theory = megatron_theoretical(
@@ -210,7 +218,9 @@ def _checked(r: PlanRequest) -> _Checked:
     if spec is not None and cluster is not None:
         try:
             headroom = r.memory_headroom_fraction
-            lay = plan_layout(spec, cluster, request, headroom if headroom is not None and 0 <= headroom < 1 else 0.1)
+            lay = plan_layout(
+                spec, cluster, request, headroom if headroom is not None and 0 <= headroom < 1 else DEFAULT_HEADROOM
+            )
             if torch_norm_note:
                 lay = replace(lay, warnings=(*lay.warnings, torch_norm_note))
         except PlanError as exc:

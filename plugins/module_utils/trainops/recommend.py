@@ -26,8 +26,17 @@ from dataclasses import dataclass, replace
 from .cluster import Cluster
 from .errors import PlanError
 from .flops import flops_per_iteration, layer_flops_per_token, output_layer_flops_per_token
-from .layout import Layout, LayoutRequest, divisors, parse_version, plan_layout, stage_memory, tp_allowed
-from .memory import GIB, StageMemory, parameter_counts
+from .layout import (
+    Layout,
+    LayoutRequest,
+    divisors,
+    memory_limit_gib,
+    parse_version,
+    plan_layout,
+    stage_memory,
+    tp_allowed,
+)
+from .memory import GIB, parameter_counts
 from .model import ModelSpec
 
 MBS_CHOICES = (1, 2, 4, 8)
@@ -49,16 +58,6 @@ class Estimate:
         total = self.iteration_s
         parts = [f"{name} {100 * value / total:.0f}%" for name, value in self.terms_s.items() if value / total >= 0.005]
         return ", ".join(parts)
-
-
-def layout_stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
-    """The per-stage memory estimate of a validated layout (:func:`.layout.stage_memory`)."""
-    return stage_memory(model, layout)
-
-
-def memory_limit_gib(cluster: Cluster, headroom_fraction: float) -> float:
-    """What the planner lets a layout use on one card."""
-    return cluster.memory_gib * (1 - headroom_fraction)
 
 
 def estimate(model: ModelSpec, cluster: Cluster, layout: Layout, headroom_fraction: float) -> Estimate:
@@ -104,7 +103,7 @@ def estimate(model: ModelSpec, cluster: Cluster, layout: Layout, headroom_fracti
     dp_group_span = tp * layout.cp * dp
     dp_time = dp_bytes / (inter if nodes > 1 and dp_group_span > per_node else intra)
 
-    stages = layout_stage_memory(model, layout)
+    stages = stage_memory(model, layout)
     peak_gib = max(st.total for st in stages) / GIB
     terms = {"compute": compute, "bubble": bubble, "tp-comm": tp_time, "pp-comm": pp_time, "dp-comm": dp_time}
     total = sum(terms.values())
