@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from testbed import ROOT, SMALL, in_container, in_node, nodes_contacted, playbook, recap
+from testbed import ROOT, SMALL, in_container, in_node, nodes_contacted, playbook, rank_pid, recap
 from testbed import latest_run as _latest_run
 from testbed import train_in_background as _train_in_background
 from testbed import wait_for_iterations as _wait_for_iterations
@@ -98,14 +98,9 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
     _no_injection()
 
 
-def _rank_environ(node: str, rank: int) -> dict[str, str]:
-    """/proc/<pid>/environ of the running launch's rank ``rank`` (torchrun's RANK) in the node's container."""
-    script = (
-        f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -qx 'RANK={rank}' && "
-        "tr '\\0' '\\n' < $p/environ | grep -q '^MTT_TRAIN_OPS_RUN=' && { cat $p/environ; break; }; done"
-    )
-    found = in_container(node, script).stdout
-    assert found, f"no rank {rank} on {node}"
+def _rank_environ(node: str, exp: str, rank: int) -> dict[str, str]:
+    """/proc/<pid>/environ of the experiment's rank ``rank`` (torchrun's RANK) in the node's container."""
+    found = in_container(node, f"cat /proc/{rank_pid(node, exp, rank)}/environ").stdout
     return dict(entry.split("=", 1) for entry in found.split("\0") if "=" in entry)
 
 
@@ -129,7 +124,7 @@ def test_a_busy_cluster_is_refused_and_stop_twice_changes_nothing_the_second_tim
     assert status.returncode == 0, status.stdout[-4000:]
     assert re.search(r"node2\s+running", status.stdout), status.stdout[-3000:]
     # the master's ranks (started through docker exec) and the worker's (over sshd) have one environment
-    master, worker = _rank_environ("node1", 0), _rank_environ("node2", 2)
+    master, worker = _rank_environ("node1", exp, 0), _rank_environ("node2", exp, 2)
     assert master["MTT_TRAIN_OPS_ENV"] == "container" and master["PYTHONPATH"], master
     assert _same_start(master) == _same_start(worker), set(_same_start(master).items()) ^ set(
         _same_start(worker).items()
