@@ -19,9 +19,14 @@ import subprocess
 import sys
 import time
 
-#: run with the tree as the launch runs (cwd and PYTHONPATH the tree): prints the module's file
+#: run with the tree as the launch runs (cwd and PYTHONPATH the tree): prints the module's file. megatron.core is
+#: registered unexecuted (as jobs/smoke_train.py does): its __init__ imports torch and the model stack, seconds of
+#: CPU that the helpers, a pybind11 module under an empty datasets/__init__.py, do not need.
 CHECK = """
-import os, sys
+import importlib.util, os, sys
+spec = importlib.util.find_spec("megatron.core")
+if spec is not None:
+    sys.modules["megatron.core"] = importlib.util.module_from_spec(spec)
 import megatron.core.datasets.helpers_cpp as helpers
 tree, path = os.path.realpath(sys.argv[1]), os.path.realpath(helpers.__file__)
 print(path)
