@@ -53,6 +53,13 @@ def test_the_default_launch_trains_megatron_on_real_data_through_evaluations_and
     assert summary["job"] == "megatron" and summary["state"] == "finished", summary.get("failure_text")
     assert summary["last_iteration"] == 12 and summary["nan_iterations"] == 0
     assert [s["iteration"] for s in summary["checkpoints"]["saved"]] == [4, 8, 12]
+    # the vocabulary Megatron builds is the tokenizer's (the dataset's manifest says 257), so the plan's save size is
+    # Megatron's and every save is verified (with the preset's 4096 the sizes were 2 x apart and every save "bad")
+    assert plan["vocab_size"] == 257 and plan["padded_vocab_size"] == 384 and plan["dataset"]["tokens"] > 0
+    assert "vocabulary 257 (the tokenizer's (dataset manifest)), padded to 384" in done.stdout
+    ledger = json.loads((run_dir / "checkpoints.json").read_text())
+    assert [(s["iteration"], s["verdict"]) for s in ledger["saves"]] == [(4, "verified"), (8, "verified"),
+                                                                         (12, "verified")], ledger  # fmt: skip
     log = in_container("node2", f"cat /data/mtt-train-ops/runs/{EXP}/*/logs/node2/*/attempt_0/1/stdout.log").stdout
     evaluated = [int(i) for i in re.findall(r"validation loss at iteration (\d+) \| lm loss value", log)]
     assert evaluated[:3] == [4, 8, 12], evaluated

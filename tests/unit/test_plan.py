@@ -128,3 +128,30 @@ def test_recommend_prefers_tp_inside_a_node(llama70b):
 def test_unknown_options_are_named():
     with pytest.raises(PlanError, match="unknown layout option"):
         plan(layout={"tensor_parallel": 2})
+
+
+def test_a_tokenizer_with_its_own_vocabulary_sets_the_padded_vocabulary_not_the_preset():
+    """Issue 34: Megatron builds the embedding from a Hugging Face (or SentencePiece) tokenizer's own vocabulary, not
+    the preset's --vocab-size. With the dataset's manifest the plan pads that one (the testbed's byte tokenizer: 257
+    ids -> 384 at tp=1, 512 at tp=2), so its save size and memory are Megatron's; the experiment name (the preset's
+    architecture) is unchanged; a TikTokenizer dataset keeps the preset's vocabulary (Megatron reads --vocab-size)."""
+    import copy
+
+    from test_dataset_manifest import GOOD
+
+    testbed = copy.deepcopy(GOOD)
+    testbed["tokenizer"].update(type="HuggingFaceTokenizer", vocab_size=257, eod_id=256)
+    tiny = {"model": load_preset("tiny"), "data_path": "/data/datasets/llama3"}
+    without = plan(layout={"tp": "1", "pp": "1", "seq_length": "128"}, **tiny)
+    with_manifest = plan(layout={"tp": "1", "pp": "1", "seq_length": "128"}, manifest=testbed, **tiny)
+    assert without["padded_vocab_size"] == 4096 and without["vocab_source"] == "model tiny"
+    assert with_manifest["padded_vocab_size"] == 384 and with_manifest["vocab_size"] == 257
+    assert with_manifest["exp_name"] == without["exp_name"]
+    assert with_manifest["checkpoint_bytes"] < without["checkpoint_bytes"]
+    assert "vocabulary 257 (the tokenizer's (dataset manifest)), padded to 384" in "\n".join(with_manifest["summary"])
+    at_tp2 = plan(layout={"tp": "2", "pp": "1", "seq_length": "128"}, manifest=testbed, **tiny)
+    assert at_tp2["padded_vocab_size"] == 512
+    tiktoken = copy.deepcopy(testbed)
+    tiktoken["tokenizer"]["type"] = "TikTokenizer"
+    by_preset = plan(layout={"tp": "1", "pp": "1", "seq_length": "128"}, manifest=tiktoken, **tiny)
+    assert by_preset["padded_vocab_size"] == 4096

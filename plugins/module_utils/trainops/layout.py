@@ -309,10 +309,16 @@ def choose_recompute(model: ModelSpec, cluster: Cluster, layout: Layout, headroo
 
 
 def plan_layout(
-    model: ModelSpec, cluster: Cluster, req: LayoutRequest, headroom_fraction: float = DEFAULT_HEADROOM
+    model: ModelSpec,
+    cluster: Cluster,
+    req: LayoutRequest,
+    headroom_fraction: float = DEFAULT_HEADROOM,
+    vocab_size: int | None = None,
 ) -> Layout:
     """Validate ``req`` for ``model`` on ``cluster`` and derive the layout; ``recompute=auto`` is resolved against
-    the card's memory less ``headroom_fraction`` (:func:`choose_recompute`)."""
+    the card's memory less ``headroom_fraction`` (:func:`choose_recompute`). ``vocab_size``: the vocabulary Megatron
+    builds when it is the tokenizer's rather than the preset's (a Hugging Face or SentencePiece tokenizer, known from
+    the dataset's manifest); the embedding and output layer are padded from it."""
     problems: list[str] = []
     warnings: list[str] = []
     version = parse_version(req.megatron_version)
@@ -420,7 +426,7 @@ def plan_layout(
                 f"pp={pp}; use num_microbatches {max(pp, num_mb // pp * pp)} or {(num_mb // pp + 1) * pp}"
             )
 
-    padded = padded_vocab_size(model.vocab_size, tp)
+    padded = padded_vocab_size(vocab_size or model.vocab_size, tp)
     output_cost = output_layer_flops_per_token(model, padded) / layer_flops_per_token(model, req.seq_length)
     split = None
     if pp <= model.num_layers:

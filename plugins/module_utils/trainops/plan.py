@@ -154,6 +154,7 @@ def make_plan(request: PlanRequest | None = None, /, **options: Any) -> dict[str
             checked.layout_request,
             checked.layout.global_batch_size,
             request.memory_headroom_fraction,
+            tokenizer_vocab(checked.dataset),
         )
         recommendations = [describe(i + 1, est) for i, est in enumerate(ranked)]
     if not memory["fits"] and not request.force:
@@ -213,13 +214,31 @@ def _checked(r: PlanRequest) -> _Checked:
         problems.append(f"memory_headroom_fraction must be in [0, 1), got {r.memory_headroom_fraction}")
     if r.master_port is not None and not 1024 <= r.master_port <= 65535:
         problems.append(f"master_port must be an integer 1024..65535, got {r.master_port!r}")
+    dataset = None
+    if r.manifest:
+        try:
+            dataset = manifest_for_plan(
+                dict(r.manifest), r.tokenizer_path if r.tokenizer_path_given else None, r.tokenizer_type or None
+            )
+        except ManifestError as exc:
+            problems.append(f"dataset manifest: {exc}")
+        else:
+            if spec is not None and dataset["vocab_size"] > spec.vocab_size:
+                problems.append(
+                    f"dataset {r.data_path} was tokenized with {dataset['vocab_size']} token ids, more than model "
+                    f"{spec.name}'s vocabulary of {spec.vocab_size}: use the model's tokenizer, or a preset that fits"
+                )
     lay = None
     request, torch_norm_note = _without_apex(request, train_cfg, problems)
     if spec is not None and cluster is not None:
         try:
             headroom = r.memory_headroom_fraction
             lay = plan_layout(
-                spec, cluster, request, headroom if headroom is not None and 0 <= headroom < 1 else DEFAULT_HEADROOM
+                spec,
+                cluster,
+                request,
+                headroom if headroom is not None and 0 <= headroom < 1 else DEFAULT_HEADROOM,
+                tokenizer_vocab(dataset),
             )
             if torch_norm_note:
                 lay = replace(lay, warnings=(*lay.warnings, torch_norm_note))
@@ -235,23 +254,22 @@ def _checked(r: PlanRequest) -> _Checked:
         lay = replace(lay, request=replace(lay.request, train_iters=iters))
     if isinstance(request.train_iters, int):
         problems += check_training(train_cfg, request.train_iters)
-    dataset = None
-    if r.manifest:
-        try:
-            dataset = manifest_for_plan(
-                dict(r.manifest), r.tokenizer_path if r.tokenizer_path_given else None, r.tokenizer_type or None
-            )
-        except ManifestError as exc:
-            problems.append(f"dataset manifest: {exc}")
-        else:
-            if spec is not None and dataset["vocab_size"] > spec.vocab_size:
-                problems.append(
-                    f"dataset {r.data_path} was tokenized with {dataset['vocab_size']} token ids, more than model "
-                    f"{spec.name}'s vocabulary of {spec.vocab_size}: use the model's tokenizer, or a preset that fits"
-                )
     if problems or lay is None or spec is None or cluster is None:
         raise PlanError(problems)
     return _Checked(spec, cluster, request, train_cfg, lay, dataset)
+
+
+#: Tokenizers whose own vocabulary Megatron builds the embedding from (``--vocab-size`` is not read); Megatron's
+#: TikTokenizer takes the preset's ``--vocab-size``, its NullTokenizer (mock data) the preset's too.
+TOKENIZER_OWN_VOCAB = ("HuggingFaceTokenizer", "SentencePieceTokenizer")
+
+
+def tokenizer_vocab(dataset: Mapping[str, Any] | None) -> int | None:
+    """The vocabulary Megatron builds when the dataset's manifest knows it and it is the tokenizer's own (the manifest
+    records Megatron's own count), else None: the preset's ``vocab_size`` is padded."""
+    if dataset and dataset["tokenizer_type"] in TOKENIZER_OWN_VOCAB:
+        return int(dataset["vocab_size"])
+    return None
 
 
 def _without_apex(request: LayoutRequest, training: TrainingConfig, problems: list[str]) -> tuple[LayoutRequest, str]:
@@ -358,6 +376,9 @@ def _plan_mapping(
         "sequence_parallel": lay.sequence_parallel,
         "distributed_optimizer": request.distributed_optimizer,
         "padded_vocab_size": lay.padded_vocab,
+        # the vocabulary Megatron builds: the tokenizer's own (from the dataset's manifest), or the preset's
+        "vocab_size": tokenizer_vocab(dataset) or spec.vocab_size,
+        "vocab_source": "the tokenizer's (dataset manifest)" if tokenizer_vocab(dataset) else f"model {spec.name}",
         "stage_layers": list(lay.stage_layers),
         "decoder_first_pipeline_num_layers": lay.decoder_first_pipeline_num_layers,
         "decoder_last_pipeline_num_layers": lay.decoder_last_pipeline_num_layers,
@@ -560,7 +581,8 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         ),
         *([f"evaluation   {plan['evaluation']['why']}"] if plan.get("evaluation") else []),
         f"peak         {plan['peak_source']}",
-        f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']})",
+        f"tokenizer    {plan['tokenizer_type']} ({plan['tokenizer_type_source']}); vocabulary {plan['vocab_size']:,} "
+        f"({plan['vocab_source']}), padded to {plan['padded_vocab_size']:,}",
         f"dataset      {plan['data_path']}"
         + (
             f": {plan['dataset']['tokens']:,} tokens in {plan['dataset']['documents']:,} documents; the run reads "

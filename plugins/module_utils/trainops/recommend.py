@@ -152,15 +152,21 @@ def candidate_requests(model: ModelSpec, cluster: Cluster, base: LayoutRequest, 
 
 
 def recommend(
-    model: ModelSpec, cluster: Cluster, base: LayoutRequest, gbs: int, headroom_fraction: float = 0.1
+    model: ModelSpec,
+    cluster: Cluster,
+    base: LayoutRequest,
+    gbs: int,
+    headroom_fraction: float = 0.1,
+    vocab_size: int | None = None,
 ) -> list[Estimate]:
     """All valid layouts, those that fit first, each group by tokens/s/card (best first). With ``recompute=auto``
     (the default) each layout gets the least recomputation that fits, as the plan does
-    (:func:`.layout.choose_recompute`), and is timed with it (full recompute costs a third more compute)."""
+    (:func:`.layout.choose_recompute`), and is timed with it (full recompute costs a third more compute).
+    ``vocab_size``: the tokenizer's vocabulary, as :func:`.layout.plan_layout` takes it."""
     results = []
     for request in candidate_requests(model, cluster, base, gbs):
         try:
-            layout = plan_layout(model, cluster, request, headroom_fraction)
+            layout = plan_layout(model, cluster, request, headroom_fraction, vocab_size)
         except PlanError:
             continue
         results.append(estimate(model, cluster, layout, headroom_fraction))
