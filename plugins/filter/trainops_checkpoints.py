@@ -75,4 +75,4 @@ class FilterModule:
     """mtt-train-ops filters: the save a run resumes from."""
 
     def filters(self) -> dict[str, Any]:
-        return {"trainops_resume_choice": resume_choice}
+        return {"trainops_resume_choice": resume_choice, "trainops_earlier_run_refusal": identity.earlier_run_refusal}

@@ -181,8 +181,10 @@ def _train(*extra: str) -> subprocess.Popen:
 
 def test_a_resume_into_a_checkpoint_dir_of_another_configuration_is_refused_before_launch(tp1_pp2_dp2_run):
     """Issue 34 item 6: a checkpoint directory belongs to one model. The tp1 pp2 dp2 run's directory (seq 128) given
-    to a run at seq 256 (-e exp= names it) is refused on the master before anything is launched or changed, naming
-    the argument Megatron recorded in the newest save against the planned one; one refused train.yml run."""
+    to a run at seq 256 (-e exp= names it) is refused on the controller, from its own records of that run (its plan
+    and its ledger of verified saves), before any node is contacted, naming the differing value and the fix; one
+    refused train.yml run. (The node-side check, on the arguments Megatron recorded in the save, is the authority
+    when the controller has no record: tests/unit/test_identity.py with the arguments core 0.14 saved.)"""
     assert tp1_pp2_dp2_run.returncode == 0, tp1_pp2_dp2_run.stdout[-6000:]
     ckpt, runs = "/data/mtt-train-ops/checkpoints/megatron-tp1pp2", "/data/mtt-train-ops/runs/megatron-tp1pp2"
     look = f"ls {ckpt} {ckpt}/iter_*; cat {ckpt}/latest_checkpointed_iteration.txt; ls {runs}"
@@ -190,11 +192,12 @@ def test_a_resume_into_a_checkpoint_dir_of_another_configuration_is_refused_befo
     refused = playbook("train.yml", *DP2, "-e", "exp=megatron-tp1pp2", *MEGATRON, *EVALS, "-e", "seq_length=256")
     assert refused.returncode != 0, refused.stdout[-4000:]
     text = " ".join(refused.stdout.split())
-    assert f"node1: the checkpoint directory {ckpt} was written by another configuration" in text, text[-4000:]
-    assert "iteration 30's save" in text and "seq_length: saved 128, planned 256" in text, text[-4000:]
-    assert "Nothing was started or changed" in text and "-e seq_length=128" in text and "-e exp=NAME" in text
-    # refused in the check play: no launch files rendered, no rank, the directory as it was
-    assert "Render the launch files on the controller" not in refused.stdout
+    assert f"train.yml: the checkpoint directory {ckpt} was written by another configuration" in text, text[-4000:]
+    assert "verified iteration 30's save" in text and "seq_length: saved 128, planned 256" in text, text[-4000:]
+    assert "Nothing was started or changed; no node was contacted" in text and "-e seq_length=128" in text
+    assert "-e exp=NAME" in text
+    # refused in the plan play: no node reached, no launch files rendered, no rank, the directory as it was
+    assert "TASK [Connect over SSH]" not in refused.stdout and "TASK [Render the launch files" not in refused.stdout
     assert in_container("node1", look).stdout == before
     no_rank_left()
 

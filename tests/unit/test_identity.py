@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,54 @@ def test_the_resume_choice_adopts_an_old_style_directory():
 def replace_job(p):
     # the recorded saves are the tp1 pp2 dp2 run's: its plan's checkpoint size is the one they are judged against
     return dict(p, checkpoint_bytes=25034240)
+
+
+def _record(runs: Path, earlier: dict, run_id: str, verdicts=("verified",), mtime: float = 1000.0) -> Path:
+    """An earlier run's controller records, as train.yml leaves them: plan/plan.json and the ledger."""
+    where = runs / earlier["exp_name"] / run_id
+    (where / "plan").mkdir(parents=True)
+    (where / "plan" / "plan.json").write_text(json.dumps(dict(earlier, run_id=run_id)))
+    saves = [{"iteration": 10 * (i + 1), "verdict": v} for i, v in enumerate(verdicts)]
+    (where / "checkpoints.json").write_text(json.dumps({"saves": saves}))
+    os.utime(where / "plan" / "plan.json", (mtime, mtime))
+    return where
+
+
+def test_the_controllers_records_refuse_another_configuration_before_any_node_is_contacted(tmp_path):
+    """Issue 34: the run at seq 128 that saved (verified) in the directory, recorded on this controller, refuses a
+    run at seq 256 with the same -e exp before any SSH, naming the record, the save, the values and the fix; the
+    same configuration, -e fresh=true, another cluster's record (other addresses) and a run without a verified
+    save do not."""
+    from trainops.identity import earlier_run_refusal
+
+    runs = tmp_path / "runs"
+    earlier = plan()
+    record = _record(runs, earlier, "20261204-100000", ("verified", "verified", "bad"))
+    wanted = plan(seq_length=256)
+    text = earlier_run_refusal(str(runs), wanted, fresh=False)
+    assert f"the checkpoint directory {CKPT} was written by another configuration" in text
+    assert f"recorded on this controller in {record}" in text and "verified iteration 20's save" in text
+    assert "seq_length: saved 128, planned 256" in text and "no node was contacted" in text
+    assert "-e seq_length=128" in text and "-e fresh=true" in text
+    assert earlier_run_refusal(str(runs), plan(tp=2, pp=1, gbs=8), fresh=False) == ""  # tp/pp re-shard
+    assert earlier_run_refusal(str(runs), wanted, fresh=True) == ""
+    assert earlier_run_refusal(str(tmp_path / "none"), wanted, fresh=False) == ""
+    elsewhere = dict(wanted, nodes=[dict(n, addr="10.9.9." + str(i)) for i, n in enumerate(wanted["nodes"])])
+    assert earlier_run_refusal(str(runs), elsewhere, fresh=False) == ""
+
+
+def test_a_newer_run_that_moved_the_directory_aside_or_damaged_records_end_no_run(tmp_path):
+    from trainops.identity import earlier_run_refusal
+
+    runs = tmp_path / "runs"
+    _record(runs, plan(), "old", ("verified",), mtime=1000)
+    wanted = plan(seq_length=256)
+    # a newer run without a verified save is passed over; the older one that saved still refuses
+    newer = _record(runs, plan(), "newer", ("bad",), mtime=2000)
+    assert "run megatron-tp1pp2/old" in earlier_run_refusal(str(runs), wanted, fresh=False)
+    # a damaged record is skipped, never an error
+    (newer / "checkpoints.json").write_bytes(b'{"saves": [{"iter')
+    assert "run megatron-tp1pp2/old" in earlier_run_refusal(str(runs), wanted, fresh=False)
+    # the newest run moved the directory aside (fresh=true) and saved nothing verified: nothing to refuse
+    _record(runs, dict(plan(), checkpoint_dir_before=CKPT + ".before-moved"), "moved", (), mtime=3000)
+    assert earlier_run_refusal(str(runs), wanted, fresh=False) == ""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -166,7 +167,10 @@ def saved_args_differences(args: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     save holds and the plan's launch. Keys either side lacks are not compared. The padded vocabulary differs with
     tp by design (Megatron pads to a multiple of ``make_vocab_size_divisible_by`` x tp and reshapes the embedding
     on load): within that padding it is stated, beyond it the vocabulary is another tokenizer's (fatal)."""
-    saved, planned = saved_values(args), planned_values(plan)
+    return _differences(saved_values(args), planned_values(plan))
+
+
+def _differences(saved: Mapping[str, Any], planned: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     fatal: list[dict[str, Any]] = []
     stated: list[dict[str, Any]] = []
     rope = planned.get("position_embedding_type") == "rope" and saved.get("position_embedding_type") == "rope"
@@ -194,6 +198,64 @@ def saved_args_differences(args: Mapping[str, Any], plan: Mapping[str, Any]) -> 
             else:
                 fatal.append(dict(entry, why="another vocabulary"))
     return {"fatal": fatal, "stated": stated}
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def earlier_run_refusal(runs_dir: str, plan: Mapping[str, Any], fresh: bool) -> str:
+    """The refusal (``""`` when none) of a resume into a checkpoint directory that, by this controller's own records,
+    another configuration wrote: before any node is contacted. The node-side check (:func:`check_directory`, on the
+    arguments Megatron saved) stays the authority; this one reads ``runs/<exp>/<run_id>/plan/plan.json`` and the
+    run's ledger (``checkpoints.json``) of the earlier runs of the same experiment, on the same checkpoint
+    directory and at least one of the same node addresses, newest first. The newest that left a verified save is
+    compared, as a save's arguments are; a newer one that moved the directory aside (``fresh=true``) and saved nothing
+    verified ends the search. Unreadable records are skipped (the node-side check still runs)."""
+    if fresh or not runs_dir:
+        return ""
+    exp_dir = os.path.join(runs_dir, str(plan["exp_name"]))
+    addrs = {n.get("addr") for n in plan.get("nodes") or []}
+    earlier = []
+    for run_id in os.listdir(exp_dir) if os.path.isdir(exp_dir) else []:
+        path = os.path.join(exp_dir, run_id, "plan", "plan.json")
+        old = _read_json(path)
+        if run_id == plan.get("run_id") or not isinstance(old, dict) or not isinstance(old.get("megatron_args"), list):
+            continue
+        if old.get("checkpoint_dir") == plan.get("checkpoint_dir") and addrs & {
+            n.get("addr") for n in old.get("nodes") or [] if isinstance(n, Mapping)
+        }:
+            earlier.append((os.path.getmtime(path), run_id, old))
+    for _, run_id, old in sorted(earlier, key=lambda e: e[0], reverse=True):
+        ledger = _read_json(os.path.join(exp_dir, run_id, "checkpoints.json"))
+        saves = ledger.get("saves") if isinstance(ledger, dict) else None
+        verified = [s["iteration"] for s in saves or [] if isinstance(s, Mapping) and s.get("verdict") == "verified"]
+        if not verified:
+            if old.get("checkpoint_dir_before"):
+                return ""
+            continue
+        if old.get("job", "megatron") != plan.get("job", "megatron"):
+            return ""  # the node-side check names another job's saves
+        flags = _flags(old["megatron_args"])
+        saved = dict(
+            planned_values(old), make_vocab_size_divisible_by=_int(flags.get("--make-vocab-size-divisible-by")) or 128
+        )
+        fatal = _differences(saved, planned_values(plan))["fatal"]
+        if not fatal:
+            return ""
+        directory = plan["checkpoint_dir"]
+        return (
+            f"train.yml: the checkpoint directory {directory} was written by another configuration (run "
+            f"{plan['exp_name']}/{run_id}, recorded on this controller in {os.path.join(exp_dir, run_id)}, verified "
+            f"iteration {max(verified)}'s save there): "
+            + "; ".join(difference_text(e) for e in fatal)
+            + f". Nothing was started or changed; no node was contacted. {the_fix(fatal, plan, directory)}."
+        )
+    return ""
 
 
 def _shown(value: Any) -> str:
