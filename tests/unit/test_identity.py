@@ -276,6 +276,13 @@ def test_the_controllers_records_refuse_another_configuration_before_any_node_is
     assert earlier_run_refusal(str(runs), plan(tp=2, pp=1, gbs=8), fresh=False) == ""  # tp/pp re-shard
     assert earlier_run_refusal(str(runs), wanted, fresh=True) == ""
     assert earlier_run_refusal(str(tmp_path / "none"), wanted, fresh=False) == ""
+    # a plan that has not read the dataset's manifest yet (train.yml's first) is not refused for its vocabulary
+    from_manifest = dict(earlier, padded_vocab_size=384, vocab_source="the tokenizer's (dataset manifest)")
+    _record(runs, from_manifest, "20261204-110000", mtime=2000)
+    assert earlier_run_refusal(str(runs), plan(), fresh=False) == ""
+    assert "padded_vocab_size: saved 384, planned 4096" in earlier_run_refusal(
+        str(runs), dict(plan(), vocab_source="the tokenizer's (dataset manifest)"), fresh=False
+    )
     elsewhere = dict(wanted, nodes=[dict(n, addr="10.9.9." + str(i)) for i, n in enumerate(wanted["nodes"])])
     assert earlier_run_refusal(str(runs), elsewhere, fresh=False) == ""
 

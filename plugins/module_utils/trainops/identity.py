@@ -214,8 +214,10 @@ def earlier_run_refusal(runs_dir: str, plan: Mapping[str, Any], fresh: bool) -> 
     arguments Megatron saved) stays the authority; this one reads ``runs/<exp>/<run_id>/plan/plan.json`` and the
     run's ledger (``checkpoints.json``) of the earlier runs of the same experiment, on the same checkpoint
     directory and at least one of the same node addresses, newest first. The newest that left a verified save is
-    compared, as a save's arguments are; a newer one that moved the directory aside (``fresh=true``) and saved nothing
-    verified ends the search. Unreadable records are skipped (the node-side check still runs)."""
+    compared, as a save's arguments are (the padded vocabulary only when both plans took it from the same source:
+    train.yml's first plan has not read the dataset's manifest yet); a newer one that moved the directory aside
+    (``fresh=true``) and saved nothing verified ends the search. Unreadable records are skipped (the node-side
+    check still runs)."""
     if fresh or not runs_dir:
         return ""
     exp_dir = os.path.join(runs_dir, str(plan["exp_name"]))
@@ -244,7 +246,11 @@ def earlier_run_refusal(runs_dir: str, plan: Mapping[str, Any], fresh: bool) -> 
         saved = dict(
             planned_values(old), make_vocab_size_divisible_by=_int(flags.get("--make-vocab-size-divisible-by")) or 128
         )
-        fatal = _differences(saved, planned_values(plan))["fatal"]
+        planned = planned_values(plan)
+        if old.get("vocab_source") != plan.get("vocab_source"):
+            # train.yml's first plan has not read the dataset's manifest yet: the vocabulary is compared on the master
+            saved.pop("padded_vocab_size"), planned.pop("padded_vocab_size")
+        fatal = _differences(saved, planned)["fatal"]
         if not fatal:
             return ""
         directory = plan["checkpoint_dir"]
