@@ -24,6 +24,7 @@ from ansible.utils.display import Display  # noqa: E402
 from trainops.attempts import AttemptError, Attempts, read_marks  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
 from trainops.megatron_log import LogPathError  # noqa: E402
+from trainops.records import RecordError  # noqa: E402
 from trainops.run_report import write_report  # noqa: E402
 from trainops.straggler import DEFAULT_RATIO  # noqa: E402
 
@@ -61,9 +62,9 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        attempts = Attempts(args["run_dir"])
         step = args["step"]
         try:
+            attempts = Attempts(args["run_dir"])
             if step == "begin":
                 view = attempts.begin(
                     args["plan"], args["resumes_from"], time.time(), float(args["run_started"]), args["checked_saves"]
@@ -84,7 +85,11 @@ class ActionModule(ActionBase):
                 options = args["options"] or {}
                 ratio = float(options.get("straggler_ratio") or DEFAULT_RATIO)
                 summary = write_report(args["run_dir"], plan, attempts.current["outcome"], ratio)
-                marks = read_marks(args["run_dir"], plan["master"])
+                try:
+                    marks = read_marks(args["run_dir"], plan["master"])
+                except RecordError as exc:  # judged as if not collected: the run goes on
+                    display.warning(str(exc))
+                    marks = None
                 view = attempts.judge(options, summary, marks, answering, reach, args["unhealthy"])
             elif step == "replanned":
                 view = attempts.replanned(args["plan"], args["refused"])

@@ -13,11 +13,14 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
+from ansible.utils.display import Display  # noqa: E402
 from trainops import incidents as incidents_core  # noqa: E402
 from trainops import invocation as invocation_core  # noqa: E402
 from trainops import outcome as outcome_core  # noqa: E402
 from trainops import watch as watch_core  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
+
+display = Display()
 
 
 def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,7 +66,9 @@ def left_out(runs_dir: str, options: Mapping[str, Any], given: Mapping[str, Any]
     """The nodes the site's incident record leaves out of a new run (trainops.incidents), each with why (the
     command that clears one carries ``given``'s -i: trainops_invocation)."""
     window, limit = float(options["incident_window_days"]), int(options["incident_limit"])
-    records = incidents_core.read(incidents_core.path_in(runs_dir))
+    records, warnings = incidents_core.read(incidents_core.path_in(runs_dir))
+    for warning in warnings:  # a damaged line is named and skipped; the run goes on
+        display.warning(warning)
     found = incidents_core.implicated(records, time.time(), window, limit)
     return {node: incidents_core.exclusion_text(node, rows, window, given) for node, rows in sorted(found.items())}
 

@@ -37,7 +37,8 @@ options:
     default: 1.2
   incidents_file:
     description: The site's incident record (C(<runs_dir>/incidents.jsonl)); the run's incidents (each failed
-      attempt's culprit, each lost node) are appended to it, once per run, attempt, node and kind.
+      attempt's culprit, each lost node) are appended to it, once per run, attempt, node and kind. When it cannot
+      be written, a warning names it and the incidents, and the report stands. Unset (report.yml): none is added.
     type: path
 notes:
   - Run it on the controller. It writes only inside O(run_dir), and to O(incidents_file).
@@ -80,7 +81,7 @@ import os  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.trainops import incidents  # noqa: E402
+from ansible.module_utils.trainops import incidents, records  # noqa: E402
 from ansible.module_utils.trainops.megatron_log import LogPathError  # noqa: E402
 from ansible.module_utils.trainops.run_report import write_report  # noqa: E402
 
@@ -108,9 +109,12 @@ def main() -> None:
         run = f"{p['plan']['exp_name']}/{p['plan']['run_id']}"
         found = incidents.from_run(run, summary.get("attempts") or [], summary, summary.get("nodes_missing") or [])
         try:
-            added = incidents.record(p["incidents_file"], found, time.time())
-        except OSError as exc:
-            module.fail_json(msg=f"cannot add the run's incidents to {p['incidents_file']}: {exc}")
+            added, said = incidents.record(p["incidents_file"], found, time.time())
+        except (OSError, records.RecordError) as exc:  # the report stands; the incidents are said, not lost
+            told = "; ".join(incidents.line(i) for i in found) or "none"
+            said = [f"the run's incidents were not added to {p['incidents_file']}: {exc} (they are: {told})"]
+        for warning in said:
+            module.warn(warning)
     module.exit_json(
         changed=True,
         summary=summary,

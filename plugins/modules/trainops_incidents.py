@@ -11,8 +11,11 @@ description:
   - Reads C(<runs_dir>/incidents.jsonl) on the controller (train.yml appends each run's incidents: a hang's
     culprit, a rank that died, a lost node) and lists, per node, its incidents within O(window_days) since it was
     last cleared, and whether the next train.yml leaves it out (O(limit) of them that count).
-  - With O(clear), appends a C(cleared) line for that node first: its incidents so far no longer count, and stay
-    in the record.
+  - With O(clear), appends a C(cleared) line for that node first: its incidents so far (every line above it,
+    whatever time it says) no longer count, and stay in the record. A last line cut short by a crash is set aside
+    in C(<path>.torn) first, never extended.
+  - A line that cannot be read (not JSON, not UTF-8, cut short, not an object, no node or kind) is named by file
+    and line in a warning and skipped; a directory or a link to nothing in the record's place is a warning too.
 version_added: "0.1.0"
 author: mtt-train-ops
 options:
@@ -63,7 +66,7 @@ cleared:
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.trainops import incidents  # noqa: E402
+from ansible.module_utils.trainops import incidents, records  # noqa: E402
 
 
 def main() -> None:
@@ -81,17 +84,24 @@ def main() -> None:
     now = time.time()
     result = {"changed": False}
     try:
-        known = set(p["nodes"]) | {r["node"] for r in incidents.read(p["path"])}
+        found, warnings = incidents.read(p["path"])
+        known = set(p["nodes"]) | {r["node"] for r in found}
         if p["clear"] and p["clear"] not in known:
             module.fail_json(
                 msg=f"-e clear={p['clear']}: no such node in the inventory ({', '.join(p['nodes']) or 'none'}) and no "
-                f"incident of it in {p['path']}. Nothing was changed."
+                f"incident of it in {p['path']}. Nothing was changed.",
+                warnings=warnings,
             )
         if p["clear"]:
-            result.update(changed=True, cleared=incidents.clear(p["path"], p["clear"], now))
-        result["lines"] = incidents.table(incidents.read(p["path"]), now, p["window_days"], p["limit"])
-    except OSError as exc:
-        module.fail_json(msg=f"{p['path']}: {exc}")
+            result["cleared"], said = incidents.clear(p["path"], p["clear"], now)
+            result["changed"] = True
+            found, warnings = incidents.read(p["path"])
+            warnings = said + warnings
+        result["lines"] = incidents.table(found, now, p["window_days"], p["limit"])
+    except (OSError, records.RecordError) as exc:
+        module.fail_json(msg=f"{p['path']}: {exc}" if isinstance(exc, OSError) else str(exc))
+    for warning in warnings:
+        module.warn(warning)
     module.exit_json(**result)
 
 

@@ -45,34 +45,34 @@ def test_a_run_without_restarts_records_the_reports_failure():
 def test_recording_a_run_again_adds_nothing(tmp_path):
     path = str(tmp_path / "incidents.jsonl")
     found = incidents.from_run("exp/r1", [_attempt(1)], {}, [])
-    assert len(incidents.record(path, found, NOW)) == 1
-    assert incidents.record(path, found, NOW) == []
-    assert len(incidents.read(path)) == 1
+    assert len(incidents.record(path, found, NOW)[0]) == 1
+    assert incidents.record(path, found, NOW) == ([], [])
+    assert len(incidents.read(path)[0]) == 1
 
 
 def test_two_incidents_in_the_window_leave_a_node_out_until_it_is_cleared(tmp_path):
     path = str(tmp_path / "incidents.jsonl")
     incidents.record(path, incidents.from_run("exp/r1", [_attempt(1)], {}, []), NOW)
-    assert incidents.implicated(incidents.read(path), NOW) == {}  # once is not twice
+    assert incidents.implicated(incidents.read(path)[0], NOW) == {}  # once is not twice
     incidents.record(path, incidents.from_run("exp/r2", [_attempt(1, kind="hang")], {}, []), NOW)
-    out = incidents.implicated(incidents.read(path), NOW)
+    out = incidents.implicated(incidents.read(path)[0], NOW)
     assert list(out) == ["node2"] and [r["run"] for r in out["node2"]] == ["exp/r1", "exp/r2"]
     text = incidents.exclusion_text("node2", out["node2"], 14)
     assert text.startswith("node2 left out: implicated 2 times in 14 days (dead_rank in exp/r1 attempt 1: ")
     assert text.endswith("ansible-playbook playbooks/incidents.yml -e clear=node2")
     # settable: a limit of 3, or a window that ended before the incidents, leaves it in; 0 turns exclusion off
-    assert incidents.implicated(incidents.read(path), NOW, limit=3) == {}
-    assert incidents.implicated(incidents.read(path), NOW + 20 * DAY) == {}
-    assert incidents.implicated(incidents.read(path), NOW, limit=0) == {}
+    assert incidents.implicated(incidents.read(path)[0], NOW, limit=3) == {}
+    assert incidents.implicated(incidents.read(path)[0], NOW + 20 * DAY) == {}
+    assert incidents.implicated(incidents.read(path)[0], NOW, limit=0) == {}
     incidents.clear(path, "node2", NOW + 1)
-    assert incidents.implicated(incidents.read(path), NOW + 2) == {}
-    assert len(incidents.read(path)) == 3  # the history stays
+    assert incidents.implicated(incidents.read(path)[0], NOW + 2) == {}
+    assert len(incidents.read(path)[0]) == 3  # the history stays
 
 
 def test_a_cut_line_is_skipped(tmp_path):
     path = tmp_path / "incidents.jsonl"
     path.write_text(json.dumps({"node": "node1", "kind": "hang", "time": NOW}) + "\n" + '{"node": "nod')
-    assert [r["node"] for r in incidents.read(str(path))] == ["node1"]
+    assert [r["node"] for r in incidents.read(str(path))[0]] == ["node1"]
 
 
 def test_only_a_hangs_culprit_or_a_device_error_makes_a_node_suspect():
@@ -88,9 +88,9 @@ def test_a_program_error_is_recorded_but_does_not_count_against_its_node(tmp_pat
     raised = _attempt(1, cause="node1 rank 0 (local rank 0): FileNotFoundError: /data/x.idx", node="node1",
                       failure_kind="traceback", exception="FileNotFoundError")  # fmt: skip
     for run in ("exp/r1", "exp/r2"):
-        (found,) = incidents.record(path, incidents.from_run(run, [raised], {}, []), NOW)
+        (found,), _ = incidents.record(path, incidents.from_run(run, [raised], {}, []), NOW)
         assert found["counts"] is False
-    assert incidents.implicated(incidents.read(path), NOW) == {}
+    assert incidents.implicated(incidents.read(path)[0], NOW) == {}
     # neither a stop nor a launch that failed is an incident
     stopped = dict(_attempt(1), kind="stopped")
     assert incidents.from_run("exp/r3", [stopped, dict(_attempt(2), kind="launch")], {}, []) == []

@@ -112,7 +112,7 @@ def test_an_attempt_is_set_aside_with_its_record_and_read_back(tmp_path):
     (run / "node1").mkdir()
     recovery.write_attempt(str(run), _attempt(2, state="finished"), set_aside=False)
     assert (run / "node1").is_dir() and json.loads((run / "attempt-2" / "attempt.json").read_text())["attempt"] == 2
-    assert [a["attempt"] for a in recovery.read_attempts(str(run))] == [1, 2]
+    assert [a["attempt"] for a in recovery.read_attempts(str(run))[0]] == [1, 2]
     assert recovery.attempt_dirs(str(run)) == ["attempt-1", "attempt-2"]
 
 

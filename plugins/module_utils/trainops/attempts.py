@@ -32,12 +32,11 @@ one wrote and writes it back, so the playbook keeps no state of its own, and a s
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import incidents, recovery
+from . import incidents, records, recovery
 from .checkpoints import iteration_of
 from .outcome import train_outcome
 from .plan import tracker_iteration, with_resume
@@ -53,12 +52,9 @@ MARKS_FILE = "marks.json"
 
 def read_marks(run_dir: str, master: str) -> dict[str, Any] | None:
     """The master's ``marks.json`` as collected into ``<run_dir>/<master>/``; None when the master's logs were
-    not collected (it did not answer)."""
-    path = os.path.join(run_dir, master, MARKS_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    not collected (it did not answer); :class:`.records.RecordError` when it is damaged."""
+    fix = "the attempt is judged as if the master's marks were not collected"
+    return records.read_json(os.path.join(run_dir, master, MARKS_FILE), "marks file of the master", fix)
 
 
 class AttemptError(RuntimeError):
@@ -71,11 +67,14 @@ class Attempts:
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
         path = os.path.join(run_dir, STATE_FILE)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as handle:
-                self.state: dict[str, Any] = json.load(handle)
-        else:
-            self.state = {"records": [], "current": None, "next": None}
+        fix = (
+            f"move it aside (mv {path} {path}.damaged): a train.yml of this run then starts its attempts afresh, "
+            "and playbooks/report.yml reports what the run left"
+        )
+        state = records.read_json(path, "state of this run's attempts", fix)
+        if state is not None and not all(k in state for k in ("records", "current", "next")):
+            raise records.RecordError(f"{path} lacks records, current or next: not a state train.yml wrote; {fix}")
+        self.state: dict[str, Any] = state or {"records": [], "current": None, "next": None}
 
     # --- the state -------------------------------------------------------------------------------------------
     @property
@@ -85,12 +84,7 @@ class Attempts:
         return self.state["current"]
 
     def _save(self) -> None:
-        os.makedirs(self.run_dir, exist_ok=True)
-        path = os.path.join(self.run_dir, STATE_FILE)
-        with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
-            json.dump(self.state, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(f"{path}.tmp", path)
+        records.write_json(os.path.join(self.run_dir, STATE_FILE), self.state)
 
     def view(self) -> dict[str, Any]:
         """The current attempt as the playbook reads it: number, plan, outcome, decision, next, lost, message, and

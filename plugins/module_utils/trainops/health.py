@@ -42,7 +42,6 @@ Nothing here knows Ansible.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import statistics
@@ -50,7 +49,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from . import device_query
+from . import device_query, records
 from .gmi import GmiParseError, parse_cards
 
 VERDICTS = ("healthy", "unknown", "degraded", "sick")  # in rising order of concern
@@ -705,16 +704,8 @@ def record(
     directory = os.path.join(health_dir, _stamp_name(now) + (FULL_SUFFIX if level == "full" else ""))
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, RECORD_NAME)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(
-            {"time": now, "level": level, "context": context, "verdicts": verdicts, "facts": facts_by_node},
-            f,
-            indent=1,
-            sort_keys=True,
-            default=str,
-        )
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    content = {"time": now, "level": level, "context": context, "verdicts": verdicts, "facts": facts_by_node}
+    records.write_json(path, content, indent=1, default=str)
     return path
 
 
@@ -723,10 +714,10 @@ def _stamp_name(when: float) -> str:
     return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
-def _newest_first(health_dir: str, suffix: str = "", since: float | None = None):
-    """The health records under ``health_dir``, newest first (their directories are UTC timestamps; an unreadable
-    one is skipped), read one at a time; with ``suffix`` only the directories so named, with ``since`` none
-    older (both chosen by name, before any file is read)."""
+def _newest_first(health_dir: str, suffix: str = "", since: float | None = None, warnings: list[str] | None = None):
+    """The health records under ``health_dir``, newest first (their directories are UTC timestamps; a damaged one
+    is skipped, and named in ``warnings``), read one at a time; with ``suffix`` only the directories so named, with
+    ``since`` none older (both chosen by name, before any file is read)."""
     try:
         names = sorted(os.listdir(health_dir), reverse=True)
     except FileNotFoundError:
@@ -737,20 +728,36 @@ def _newest_first(health_dir: str, suffix: str = "", since: float | None = None)
             break
         if not name.endswith(suffix):
             continue
+        path = os.path.join(health_dir, name, RECORD_NAME)
+        fix = "it is skipped; move it away to silence this"
         try:
-            with open(os.path.join(health_dir, name, RECORD_NAME), encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("verdicts"), dict):
+            data = records.read_json(path, "health record", fix)
+        except records.RecordError as exc:
+            data, problem = None, str(exc)
+        else:
+            problem = None if data is None else _record_problem(path, data, fix)
+        if problem and warnings is not None:
+            warnings.append(problem)
+        elif data is not None and not problem:
             yield data
 
 
-def last_checked(health_dir: str, nodes: Sequence[str] | None = None) -> dict[str, float]:
+def _record_problem(path: str, data: Mapping[str, Any], fix: str) -> str | None:
+    """What a health record read as JSON lacks (a number for its time, each node's verdict an object), or None."""
+    verdicts, time = data.get("verdicts"), data.get("time")
+    if isinstance(verdicts, dict) and all(isinstance(v, dict) for v in verdicts.values()):
+        if isinstance(time, (int, float)) and not isinstance(time, bool):
+            return None
+    return records.printable(f"{path} has no time or no verdicts of the form health.yml writes; {fix}")
+
+
+def last_checked(
+    health_dir: str, nodes: Sequence[str] | None = None, warnings: list[str] | None = None
+) -> dict[str, float]:
     """When each node was last checked (the kernel log is read from then on). With ``nodes``, the reading stops at
     the newest record that has each of them, however long the history."""
     out: dict[str, float] = {}
-    for data in _newest_first(health_dir):
+    for data in _newest_first(health_dir, warnings=warnings):
         for node in data["verdicts"]:
             out[node] = max(out.get(node, 0.0), float(data.get("time") or 0))
         if nodes is not None and all(n in out for n in nodes):
@@ -758,14 +765,16 @@ def last_checked(health_dir: str, nodes: Sequence[str] | None = None) -> dict[st
     return out
 
 
-def carried_full(health_dir: str, nodes: Sequence[str], now: float, max_age_s: float) -> dict[str, list[dict]]:
+def carried_full(
+    health_dir: str, nodes: Sequence[str], now: float, max_age_s: float, warnings: list[str] | None = None
+) -> dict[str, list[dict]]:
     """The full-level checks (:data:`FULL_CHECKS`) of each node's newest full check younger than ``max_age_s``,
     each detail saying where it comes from: what a quick check carries into its verdicts. None when ``max_age_s``
-    is 0."""
+    is 0. A damaged record is skipped and named in ``warnings``."""
     out: dict[str, list[dict]] = {}
     if max_age_s <= 0:
         return out
-    for data in _newest_first(health_dir, FULL_SUFFIX, since=now - max_age_s):
+    for data in _newest_first(health_dir, FULL_SUFFIX, since=now - max_age_s, warnings=warnings):
         age = now - float(data.get("time") or 0)
         if age > max_age_s or data.get("level") != "full":
             continue

@@ -4,18 +4,20 @@ One JSON line per incident in ``<runs_dir>/incidents.jsonl`` on the controller, 
 rewritten: a hang's culprit, a rank that died (the culprit the report names, not a rank that only lost its peer), a
 node lost during a run. A node implicated ``limit`` times within ``window_days`` (2 in 14 days by default) is left
 out of the next plan (:func:`implicated`) until it is cleared (:func:`clear`, which appends a ``cleared`` line: the
-history stays). Recording a run again (report.yml rewrites a report) adds nothing: an incident is keyed by its run,
-attempt, node and kind.
+history stays). A clear covers every incident of the node above it in the record, whatever time the incident
+says (a node's clock that ran ahead does not keep it out). Recording a run again adds nothing: an incident is keyed by
+its run, attempt, node and kind (and report.yml records none: :mod:`.records`' helpers write and read the file, a
+damaged line is named and skipped).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from . import records as records_io
 from .invocation import command
 
 FILE_NAME = "incidents.jsonl"
@@ -42,30 +44,25 @@ def path_in(runs_dir: str) -> str:
     return os.path.join(runs_dir, FILE_NAME)
 
 
-def read(path: str) -> list[dict[str, Any]]:
-    """Every line of the record (a line that is not JSON, such as one cut short by a full disk, is skipped)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("node"):
-            records.append(record)
-    return records
+def _problem(record: Mapping[str, Any]) -> str | None:
+    """What an incident line lacks to be read, or None."""
+    for key in ("node", "kind"):
+        if not isinstance(record.get(key), str) or not record[key]:
+            return f"has no {key!r} (a name)"
+    time = record.get("time")
+    if time is not None and (isinstance(time, bool) or not isinstance(time, (int, float))):
+        return f"has a time that is not a number ({time!r:.40})"
+    return None
 
 
-def _append(path: str, records: Iterable[Mapping[str, Any]]) -> None:
-    text = "".join(json.dumps(dict(r), sort_keys=True) + "\n" for r in records)
-    if text:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text)
+def read(path: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every good line of the record, in file order, and a warning naming the file and line of each bad one (not
+    JSON, not UTF-8, cut short by a crash, not an object, no node or kind): :func:`.records.read_jsonl`."""
+    return records_io.read_jsonl(path, _problem)
+
+
+def _append(path: str, records: Iterable[Mapping[str, Any]]) -> list[str]:
+    return records_io.append_jsonl(path, records)
 
 
 def suspect(record: Mapping[str, Any]) -> str | None:
@@ -133,40 +130,43 @@ def from_run(
     return found
 
 
-def record(path: str, incidents: Sequence[Mapping[str, Any]], now: float) -> list[dict[str, Any]]:
-    """Append the incidents not yet in the record (by run, attempt, node and kind); returns those appended."""
-    seen = {(r.get("run"), r.get("attempt"), r.get("node"), r.get("kind")) for r in read(path)}
+def record(path: str, incidents: Sequence[Mapping[str, Any]], now: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """Append the incidents not yet in the record (by run, attempt, node and kind); returns those appended, and
+    the warnings of reading and writing the record."""
+    found, warnings = read(path)
+    seen = {(r.get("run"), r.get("attempt"), r.get("node"), r.get("kind")) for r in found}
     new = []
     for incident in incidents:
         key = (incident["run"], incident["attempt"], incident["node"], incident["kind"])
         if key not in seen:
             seen.add(key)
             new.append(dict(incident, time=incident.get("time") or round(now, 1)))
-    _append(path, new)
-    return new
+    return new, warnings + _append(path, new)
 
 
-def clear(path: str, node: str, now: float, why: str = "") -> dict[str, Any]:
-    """Clear a node's incidents so far (after a repair): a ``cleared`` line; the incidents before it stay."""
+def clear(path: str, node: str, now: float, why: str = "") -> tuple[dict[str, Any], list[str]]:
+    """Clear a node's incidents so far (after a repair): a ``cleared`` line, and what writing it said; the
+    incidents before it stay."""
     line = {"node": node, "kind": "cleared", "time": round(now, 1), "cause": why or "cleared by hand"}
-    _append(path, [line])
-    return line
+    return line, _append(path, [line])
+
+
+def _time(record: Mapping[str, Any]) -> float:
+    return float(record.get("time") or 0)
 
 
 def recent(records: Sequence[Mapping[str, Any]], now: float, window_days: float) -> dict[str, list[dict[str, Any]]]:
-    """Each node's incidents within ``window_days`` before ``now`` and since its last ``cleared`` line, oldest
-    first."""
+    """Each node's incidents within ``window_days`` before ``now`` and after its last ``cleared`` line, oldest
+    first. After, by position in the record, not by time: a clear covers every incident above it, even one a
+    clock ahead dated after the clear."""
     since = now - window_days * 86400
-    cleared: dict[str, float] = {}
-    for r in records:
-        if r.get("kind") == "cleared":
-            cleared[r["node"]] = max(cleared.get(r["node"], 0.0), float(r.get("time") or 0))
     found: dict[str, list[dict[str, Any]]] = {}
     for r in records:
-        time = float(r.get("time") or 0)
-        if r.get("kind") != "cleared" and time >= since and time > cleared.get(r["node"], -1.0):
+        if r["kind"] == "cleared":
+            found.pop(r["node"], None)
+        elif _time(r) >= since:
             found.setdefault(r["node"], []).append(dict(r))
-    return {node: sorted(rows, key=lambda r: float(r.get("time") or 0)) for node, rows in found.items()}
+    return {node: sorted(rows, key=_time) for node, rows in found.items()}
 
 
 def implicated(
@@ -188,17 +188,21 @@ def exclusion_text(
 ) -> str:
     """``node2 left out: implicated 2 times in 14 days (hang in exp/run attempt 1: ...; ...)``; the command that
     clears it carries this run's -i and site options (``given``: :func:`.invocation.invocation`)."""
-    told = "; ".join(f"{r['kind']} in {r.get('run')} attempt {r.get('attempt')}: {r.get('cause')}"[:240] for r in found)
+    told = "; ".join(
+        records_io.printable(f"{r['kind']} in {r.get('run')} attempt {r.get('attempt')}: {r.get('cause')}")[:240]
+        for r in found
+    )
     return (
-        f"{node} left out: implicated {len(found)} times in {window_days:g} days ({told}); after a repair, "
-        f"{command(given, 'incidents', {'clear': node})}"
+        f"{records_io.printable(node)} left out: implicated {len(found)} times in {window_days:g} days ({told}); "
+        f"after a repair, {command(given, 'incidents', {'clear': node})}"
     )
 
 
 def line(incident: Mapping[str, Any]) -> str:
-    """``incident     node2: hang, attempt 1 of exp/run (counts against it): <cause>``, as train.yml prints it."""
+    """``incident     node2: hang, attempt 1 of exp/run (counts against it): <cause>``, as train.yml prints it (a
+    control character in the record, such as a terminal's escape code, printed escaped: ``\\x1b``)."""
     counted = "counts against it" if incident.get("counts", True) else "recorded, does not count against it"
-    return (
+    return records_io.printable(
         f"incident     {incident['node']}: {incident['kind']}, attempt {incident.get('attempt')} of "
         f"{incident.get('run')} ({counted}): {incident.get('cause')}"
     )
@@ -214,6 +218,7 @@ def table(records: Sequence[Mapping[str, Any]], now: float, window_days: float, 
     lines = []
     for node in sorted(rows):
         verdict = "LEFT OUT of the next run" if node in out else "kept"
-        lines.append(f"{node}: {len(rows[node])} incident(s) in {window_days:g} days, {verdict} (limit {limit})")
+        told = f"{len(rows[node])} incident(s) in {window_days:g} days, {verdict} (limit {limit})"
+        lines.append(f"{records_io.printable(node)}: {told}")
         lines += ["  " + line(r)[len("incident     ") :] for r in rows[node]]
     return lines

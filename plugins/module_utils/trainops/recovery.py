@@ -13,13 +13,12 @@ beyond the one they resumed from end the run.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import kinds
+from . import kinds, records
 
 #: Failure kinds of the log parser that a restart does not cure (:data:`.kinds.KINDS`).
 NEVER_RETRIED_KINDS = kinds.NEVER_RESTARTED
@@ -299,24 +298,31 @@ def write_attempt(
                 continue
             os.replace(os.path.join(run_dir, name), os.path.join(target, name))
     for name, content in (("attempt.json", record), ("plan.json", plan)):
-        if content is None:
-            continue
-        with open(os.path.join(target, f"{name}.tmp"), "w", encoding="utf-8") as handle:
-            json.dump(dict(content), handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(os.path.join(target, f"{name}.tmp"), os.path.join(target, name))
+        if content is not None:
+            records.write_json(os.path.join(target, name), dict(content))
     return target
 
 
-def read_attempts(run_dir: str) -> list[dict[str, Any]]:
-    """Every attempt's record (``attempt-<k>/attempt.json``) in attempt order; [] for a run of one attempt."""
-    records = []
+def read_attempts(run_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every attempt's record (``attempt-<k>/attempt.json``) in attempt order ([] for a run of one attempt), and
+    a warning for each that cannot be read (it is left out: naming the file and the fix)."""
+    found, warnings = [], []
+    fix = "the report leaves this attempt out (restore it from a copy, or move it away to silence this)"
     for name in attempt_dirs(run_dir):
         path = os.path.join(run_dir, name, "attempt.json")
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as handle:
-                records.append(json.load(handle))
-    return records
+        try:
+            record = records.read_json(path, "attempt record", fix)
+        except records.RecordError as exc:
+            warnings.append(str(exc))
+            continue
+        if record is None:
+            continue
+        numbers = [record.get(k) for k in ("attempt", "started_at", "ended_at")]
+        if all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers):
+            found.append(record)
+        else:
+            warnings.append(records.printable(f"{path} lacks a number for attempt, started_at or ended_at; {fix}"))
+    return found, warnings
 
 
 def attempts_table(attempts: Sequence[Mapping[str, Any]], recovery: Mapping[str, Any]) -> list[str]:

@@ -17,7 +17,6 @@ that node's torchrun logs) is
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -25,7 +24,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import recovery, straggler
+from . import records, recovery, straggler
 from .cluster import node_ranks, ranks_of
 from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path, summarize
 
@@ -499,13 +498,6 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _write_jsonl(path: str, records: Sequence[Mapping[str, Any]]) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        for rec in records:
-            handle.write(json.dumps(_finite(rec), sort_keys=True) + "\n")
-    os.replace(path + ".tmp", path)
-
-
 def write_report(
     root: str,
     plan: Mapping[str, Any],
@@ -515,13 +507,20 @@ def write_report(
     """Parse every node's logs under ``root`` and write the report files there; returns the summary and table.
 
     A hang diagnosis kept by the watcher in ``hang/diagnosis.json`` is used when ``incident`` holds none (as
-    when report.yml rebuilds the report).
+    when report.yml rebuilds the report). A record of the run that cannot be read (that diagnosis, an attempt's
+    ``attempt.json``) is left out and named, with the fix, in the summary's ``warnings`` and the table.
     """
     root = os.path.abspath(root)
-    kept = os.path.join(root, "hang", "diagnosis.json")
-    if not (incident or {}).get("hang") and os.path.isfile(kept):
-        with open(kept, encoding="utf-8") as handle:
-            incident = dict(incident or {}, hang=json.load(handle))
+    warnings = []
+    if not (incident or {}).get("hang"):
+        kept = os.path.join(root, "hang", "diagnosis.json")
+        fix = f"the report goes without it (each rank's state and stack are in {os.path.dirname(kept)}/<node>/)"
+        try:
+            diagnosis = records.read_json(kept, "hang diagnosis", fix)
+        except records.RecordError as exc:
+            diagnosis, warnings = None, [str(exc)]
+        if diagnosis is not None:
+            incident = dict(incident or {}, hang=diagnosis)
     node_dirs = [n["name"] for n in plan["nodes"] if os.path.isdir(os.path.join(root, n["name"]))]
     log = MegatronLog()
     if node_dirs:
@@ -539,23 +538,20 @@ def write_report(
     summary = build_report(log, plan, root, incident, missing, straggler_ratio)
     summary["nodes_collected"] = node_dirs
     summary["nodes_missing"] = missing
-    attempts = recovery.read_attempts(root)
+    attempts, unread = recovery.read_attempts(root)
+    summary["warnings"] = warnings + unread
     step = (summary.get("step_time_ms") or {}).get("median")
     summary["attempts"] = attempts
     summary["recovery"] = recovery.goodput(attempts, step / 1000 if step else None) if attempts else {}
-    _write_jsonl(os.path.join(root, "metrics.jsonl"), log.iterations)
-    _write_jsonl(os.path.join(root, "memory.jsonl"), log.memory)
+    records.write_jsonl(os.path.join(root, "metrics.jsonl"), [_finite(r) for r in log.iterations])
+    records.write_jsonl(os.path.join(root, "memory.jsonl"), [_finite(r) for r in log.memory])
     summary["plots"] = plot(root, log.iterations, plan, log.stragglers, summary["stragglers"], straggler_ratio)
     table = summary_table(summary) + recovery.attempts_table(attempts, summary["recovery"])
     if summary["nodes_missing"]:
         table.append(f"missing      no logs from {', '.join(summary['nodes_missing'])} (not collected)")
+    table += [f"warning      {w}" for w in summary["warnings"]]
     summary["table"] = table
     if summary["checkpoint_ledger"]:  # the ledger beside the run on the controller, as on the master
-        with open(os.path.join(root, "checkpoints.json"), "w", encoding="utf-8") as handle:
-            json.dump(_finite(summary["checkpoint_ledger"]), handle, indent=2, sort_keys=True)
-            handle.write("\n")
-    with open(os.path.join(root, "summary.json.tmp"), "w", encoding="utf-8") as handle:
-        json.dump(_finite(summary), handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(os.path.join(root, "summary.json.tmp"), os.path.join(root, "summary.json"))
+        records.write_json(os.path.join(root, "checkpoints.json"), _finite(summary["checkpoint_ledger"]))
+    records.write_json(os.path.join(root, "summary.json"), _finite(summary))
     return _finite(summary)

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from . import hang, straggler
+from . import hang, records, straggler
 from .checkpoints import CheckpointWatch
 from .cluster import node_ranks, ranks_of
 from .errors import PlanError
@@ -310,11 +310,7 @@ def write_evidence(evidence_dir: str, finding: Mapping[str, Any]) -> str:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"rank-{row['rank']}.txt"), "w", encoding="utf-8") as handle:
             handle.write(hang.rank_evidence(row, stacks.get(str(row["rank"])), finding))
-    kept = {k: v for k, v in finding.items() if k != "stacks"}
-    with open(os.path.join(root, "diagnosis.json.tmp"), "w", encoding="utf-8") as handle:
-        json.dump(kept, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(os.path.join(root, "diagnosis.json.tmp"), os.path.join(root, "diagnosis.json"))
+    records.write_json(os.path.join(root, "diagnosis.json"), {k: v for k, v in finding.items() if k != "stacks"})
     return root
 
 
