@@ -17,6 +17,7 @@ from ansible.utils.display import Display  # noqa: E402
 from trainops import incidents as incidents_core  # noqa: E402
 from trainops import invocation as invocation_core  # noqa: E402
 from trainops import outcome as outcome_core  # noqa: E402
+from trainops import run_report as run_report_core  # noqa: E402
 from trainops import watch as watch_core  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
 
@@ -73,6 +74,12 @@ def left_out(runs_dir: str, options: Mapping[str, Any], given: Mapping[str, Any]
     return {node: incidents_core.exclusion_text(node, rows, window, given) for node, rows in sorted(found.items())}
 
 
+def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """report.yml's run: its plan, or the problem that refuses it before any SSH (trainops.run_report.report_run;
+    ``hosts``: trainops_inventory_nodes)."""
+    return run_report_core.report_run(run_dir, hosts)
+
+
 class FilterModule:
     """mtt-train-ops filters: a run's watch options and the texts of its outcome."""
 
@@ -86,4 +93,5 @@ class FilterModule:
             "trainops_watch_options": watch_options,
             "trainops_left_out": left_out,
             "trainops_incident_line": incidents_core.line,
+            "trainops_report_run": report_run,
         }

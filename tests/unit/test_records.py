@@ -11,7 +11,7 @@ import pytest
 from presets import load_preset, make_plan
 from trainops import health, incidents, records, recovery
 from trainops.attempts import STATE_FILE, Attempts, read_marks
-from trainops.run_report import write_report
+from trainops.run_report import report_run, write_report
 
 DAY = 86400.0
 NOW = 100 * DAY
@@ -186,3 +186,20 @@ def test_a_damaged_health_record_is_skipped_and_named(tmp_path):
     warnings: list[str] = []
     assert health.last_checked(str(tmp_path), ["a"], warnings) == {"a": 1000.0}
     assert len(warnings) == 1 and warnings[0].startswith(f"{newer} was cut short after 40 bytes")
+
+
+def test_report_yml_reads_the_runs_plan_defensively_and_against_the_inventory(tmp_path):
+    hosts = [{"name": "node1", "ansible_host": "10.0.0.1"}, {"name": "node2", "ansible_host": "10.0.0.2"}]
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "plan.json").write_text('{"nodes": [{"name": "node1", "addr": "10.0')
+    problem = report_run(str(tmp_path), hosts)["problem"]
+    assert problem.startswith(f"{tmp_path}/plan/plan.json was cut short") and "No node was contacted" in problem
+    plan = {"nodes": [{"name": "node1", "addr": "10.0.0.9"}]}
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
+    assert report_run(str(tmp_path), hosts)["problem"].startswith(
+        f"{tmp_path} was planned for other nodes than this inventory's (node1): node1 is at 10.0.0.1 in it, at 10.0.0.9"
+    )
+    plan = {"nodes": [{"name": "node1", "addr": "192.168.0.1"}]}  # node_addr, the fabric address; node2 left out
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
+    hosts[0]["node_addr"] = "192.168.0.1"
+    assert report_run(str(tmp_path), hosts) == {"plan": plan, "problem": ""}

@@ -118,6 +118,11 @@ def address_problem(name: str, key: str, addr: str) -> str | None:
     return f"node {name}: {key} {addr!r} is neither an IP address nor a valid host name"
 
 
+def node_address(host: Mapping[str, Any], name: str) -> str:
+    """The address the nodes reach node ``name`` at: its ``node_addr``, else its ``ansible_host``, else its name."""
+    return str(host.get("node_addr") or host.get("ansible_host") or name)
+
+
 def cluster_from_hosts(
     hosts: Sequence[Mapping[str, Any]],
     backends: Mapping[str, Mapping[str, Any]],
@@ -136,7 +141,7 @@ def cluster_from_hosts(
     parsed = []
     for host in hosts:
         name = str(host.get("name") or host.get("inventory_hostname") or "?")
-        addr = host.get("node_addr") or host.get("ansible_host") or name
+        addr = node_address(host, name)
         if problem := name_problem(name):
             problems.append(problem)
         for key in ("ansible_host", "node_addr"):

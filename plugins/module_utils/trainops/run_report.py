@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import records, recovery, straggler
-from .cluster import node_ranks, ranks_of
+from .cluster import node_address, node_ranks, ranks_of
 from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path, summarize
 
 #: Iterations left out of step-time statistics at the start of a run (compilation, allocator warm-up).
@@ -555,3 +555,40 @@ def write_report(
         records.write_json(os.path.join(root, "checkpoints.json"), _finite(summary["checkpoint_ledger"]))
     records.write_json(os.path.join(root, "summary.json"), _finite(summary))
     return _finite(summary)
+
+
+def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """report.yml's run, read on the controller before any node is contacted: ``{"plan": <plan/plan.json>,
+    "problem": ""}``, or the problem that refuses it: not a run directory, a plan that cannot be read, or a plan
+    for other nodes than this inventory's (``hosts``: each node's name and inventory keys). A node of the plan
+    must be in the inventory at the address it was planned at; an inventory node the plan left out (a spare, a
+    node left out) is no matter."""
+    path = os.path.join(run_dir, "plan", "plan.json")
+    fix = "report.yml needs the plan train.yml wrote. No node was contacted and nothing was changed."
+    try:
+        plan = records.read_json(path, "plan", fix)
+    except records.RecordError as exc:
+        return {"plan": {}, "problem": str(exc)}
+    nodes = plan.get("nodes") if plan else None
+    if plan is None or not isinstance(nodes, list) or not all(isinstance(n, dict) and n.get("name") for n in nodes):
+        problem = f"{run_dir} has no plan/plan.json with its nodes: it is not a run directory of train.yml"
+        return {"plan": {}, "problem": records.printable(f"{problem} (runs/<exp>/<run_id>); {fix}")}
+    have = {str(h["name"]): node_address(h, str(h["name"])) for h in hosts}
+    wrong = []
+    for node in nodes:
+        name, addr = str(node["name"]), str(node.get("addr") or node["name"])
+        if name not in have:
+            wrong.append(f"{name} ({addr}) is not in it")
+        elif have[name] != addr:
+            wrong.append(f"{name} is at {have[name]} in it, at {addr} in the plan")
+    if not wrong:
+        return {"plan": plan, "problem": ""}
+    planned = ", ".join(str(n["name"]) for n in nodes)
+    return {
+        "plan": plan,
+        "problem": records.printable(
+            f"{run_dir} was planned for other nodes than this inventory's ({planned}): {'; '.join(wrong)}. "
+            "report.yml collects a run from the nodes it ran on: give the inventory it was planned with (-i). "
+            "No node was contacted and nothing was changed."
+        ),
+    }
