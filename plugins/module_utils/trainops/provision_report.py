@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from . import records
 
 
 def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -47,18 +47,8 @@ def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:
 def write_provision_report(directory: str, timestamp: str, rows: Sequence[Mapping[str, Any]]) -> str:
     """Write ``<directory>/provision-<timestamp>.json`` (the directory made if needed, the file replaced whole,
     never half-written); its path."""
-    os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"provision-{timestamp}.json")
-    fd, temporary = tempfile.mkstemp(prefix=".provision-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump({"timestamp": timestamp, "nodes": list(rows)}, handle, indent=2)
-            handle.write("\n")
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    records.write_json(path, {"timestamp": timestamp, "nodes": list(rows)})
     return path
 
 
