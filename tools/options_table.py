@@ -35,9 +35,17 @@ each option it reads, and the inventory, on the controller before any node is co
   default; numbers must be finite;
 - text values must be one line (no newline, tab or NUL) and without spaces around them;
 - an `-e` name that no playbook reads is refused with the nearest known name (`-e tpp=2: no such option; did you
-  mean tp?`); `-e allow_unknown=true` turns that into a warning. Ansible's own variables (`ansible_*`) and the
-  roles' own parameters (`roles/*/meta/argument_specs.yml`) pass. An option that this playbook ignores but another
-  reads gets a warning.
+  mean tp?`); `-e allow_unknown=true` turns that into a warning. Ansible's own variables (`ansible_*`) and the site
+  settings among the roles' parameters (below) pass; a role's other parameters (`layout_nodes`, `render_dest`, ...)
+  are its own, set by the playbooks from these options, and are refused as unknown. An option that this playbook
+  ignores but another reads gets a warning;
+- the inventory and the `-e` arguments are also read as written: a value YAML 1.1 rewrites (an unquoted `off`,
+  `no` or `yes` is a boolean, `010` the octal 8, `1:30:00` the base-60 5400, `2026-12-01` a date, `0.10` the
+  number 0.1) is refused where that changes its meaning, naming the file and line and saying to quote it; so is a
+  host listed twice, a name no playbook reads in `all.vars`, the `nodes` group's or a node's vars, a run option
+  (where `-e`, below) on a host or in a group's vars, where it is not read, and an `-e` that a space split
+  (`-e 'exclude_nodes=node1, node2'`);
+- options that need or exclude others are refused together (the table after the options).
 
 Kinds: `name` is one path component of at most 100 characters (letters, digits, `. _ + = @ -`, starting with a
 letter or digit: it names a directory on every node and appears in scripts); `container_path` an absolute path
@@ -80,6 +88,15 @@ def render() -> str:
             f"| `{opt.name}` | {WHERE[opt.where]} | {_kind(opt)} | {_default(opt)} | {books} | {opt.doc} ({opt.docs}) |"
         )
     lines += ["", "Required: " + "; ".join(f"{b}.yml: `{'`, `'.join(n)}`" for b, n in options.REQUIRED.items()), ""]
+    lines += ["## Options that need or exclude others", "", "Judged on the controller with every other problem, "
+              "before any node (`options.RULES`); data.yml's input must not be one of the files its output_prefix "
+              "writes.", ""]  # fmt: skip
+    lines += ["| option | needs | otherwise |", "| --- | --- | --- |"]
+    for rule in options.RULES:
+        lines.append(f"| `{rule.option}` | {rule.needs} | {rule.option} {rule.why} |")
+    lines += ["", "## Site settings among the roles' parameters", ""]
+    lines += ["Set in the inventory or with `-e` (each role's `meta/argument_specs.yml` types it): "
+              + ", ".join(f"`{name}`" for name in options.SITE_SETTINGS) + ".", ""]  # fmt: skip
     lines += ["## Model preset keys (`models/<name>.yml`, or `-e model=/abs/path.yml`)", ""]
     lines += ["| key | type | rule |", "| --- | --- | --- |"]
     for key, (kind, rule) in model.RULES.items():

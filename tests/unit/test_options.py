@@ -221,3 +221,41 @@ def test_convert_converts():
 
 def test_one_line_keeps_a_value_on_its_line():
     assert options.one_line("r1\ntouch /tmp/x #\x00") == "r1\\x0atouch /tmp/x #\\x00"
+
+
+def test_the_site_settings_and_the_rules_name_what_exists():
+    """Each site setting is a role's parameter or default (or a shared name of trainops_defaults), not also an
+    option; each rule's option exists and a broken rule names it."""
+    names = {name for path in (ROOT / "roles").glob("*/defaults/main.yml") for name in _yaml(path) or {}}
+    for path in (ROOT / "roles").glob("*/meta/argument_specs.yml"):
+        for spec in (_yaml(path)["argument_specs"] or {}).values():
+            names.update((spec or {}).get("options") or {})
+    assert set(options.SITE_SETTINGS) <= names, set(options.SITE_SETTINGS) - names
+    assert not set(options.SITE_SETTINGS) & set(OPTIONS)
+    for rule in options.RULES:
+        assert rule.option in OPTIONS, rule.option
+    broken = options.rule_problems({"keep_every": 5}, {"keep_checkpoints": 0}, {"keep_every": "inventory"})
+    assert broken[0].startswith("inventory: keep_every=5 keeps milestone saves from retention")
+    assert options.rule_problems({"keep_every": 5}, {}, {}) == []  # a rule on what did not convert: not judged
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        ("health", "off", 'read by YAML 1.1 as the boolean false, not as written; quote it: health: "off"'),
+        ("exp", "no", 'quote it: exp: "no"'),
+        ("slurm_time", "1:30:00", 'as 5400 (base 60), not as written; quote it: slurm_time: "1:30:00"'),
+        ("slots", "010", "as the octal number 8, not as written; write 10 without the leading zero"),
+        ("run_id", "2026-12-01", 'as a date (2026-12-01), not as written; quote it: run_id: "2026-12-01"'),
+        ("megatron_version", "0.10", 'as the number 0.1, not as written; quote it: megatron_version: "0.10"'),
+        ("hang_timeout", "1:30", "as 90 (base 60), not as written; write it as a number > 0 or auto"),
+    ],
+)
+def test_as_written_says_what_yaml_made_of_a_value_and_the_fix(name, text, words):
+    assert words in options.as_written(name, text, yaml.safe_load(text))
+
+
+@pytest.mark.parametrize(("name", "text"), [("megatron_version", "0.14"), ("tp", "2"), ("force", "yes"),
+                                            ("train_wait", "60.0"), ("slurm_gpus_per_node", "true")])  # fmt: skip
+def test_as_written_passes_what_means_the_same(name, text):
+    assert options.as_written(name, text, yaml.safe_load(text)) is None

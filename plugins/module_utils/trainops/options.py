@@ -15,6 +15,7 @@ values), ``model`` (a preset name or an absolute path to a preset file), ``slurm
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import ipaddress
 import math
@@ -304,6 +305,145 @@ OPTIONS: dict[str, Option] = {
 #: data.yml's required options.
 REQUIRED = {"data": ("input", "output_prefix", "tokenizer"), "report": ("run",)}
 
+#: The roles' parameters a site may set (in the inventory or with -e), typed by the roles' argument specs: the
+#: training container, its sshd, the checks' limits and paths in the image. Every other role parameter is the
+#: roles' own, set by the playbooks from the options above (layout_nodes, render_dest, data_build_input, ...):
+#: given with -e or in the inventory, it is refused as an unknown option, since it would bypass this schema.
+SITE_SETTINGS = (
+    # the training container (roles/container), its sshd (roles/container_ssh) and py-spy in it
+    "container_image", "container_image_archive", "container_image_load_timeout", "container_privileged",
+    "container_env", "container_extra_env", "container_network_mode", "container_volumes", "container_command",
+    "container_restart_policy", "container_ipc_mode", "container_shm_size", "container_ulimits", "container_init",
+    "container_ssh_address_family", "container_ssh_cluster_name", "container_ssh_key_dir", "container_ssh_key_path",
+    "container_ssh_known_hosts_path", "container_ssh_config_path", "container_ssh_connect_timeout", "py_spy_path",
+    # provision.yml's and health.yml's checks
+    "accelerator_tool", "accelerator_idle_memory_mib", "collective_test_path", "collective_max_bytes",
+    "collective_min_busbw_gbps", "collective_require_test", "collective_inter_node", "collective_timeout_s",
+    "collective_gloo_bytes", "collective_gloo_iters", "collective_script_dir", "collective_recheck_after_s",
+    "collective_record_path", "network_probe_timeout_s", "dataset_check", "dataset_helpers_build",
+    "dataset_helpers_megatron_home", "dataset_helpers_tree_required", "health_check_device_tool",
+    "health_check_megatron_home", "health_collective_test_path", "health_collective_max_bytes",
+    "health_collective_gloo_bytes", "health_collective_timeout_s", "health_collective_script_dir",
+    "diagnostics_py_spy_source", "diagnostics_node_dir",
+    # data.yml's builder
+    "data_build_megatron_home", "data_build_work_dir", "data_build_poll_s", "data_build_timeout_s",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``option``, given (with -e or in the inventory) with a value ``when`` holds of, means something only when
+    ``holds`` holds of the converted options (``needs`` says which, in words); otherwise the check refuses it,
+    saying ``why``."""
+
+    option: str
+    needs: str
+    holds: Any
+    why: str
+    when: Any = bool
+
+
+def _positive(value: Any) -> bool:
+    return bool(value) and value > 0
+
+
+def _saves_on(options: Mapping[str, Any]) -> bool:
+    return _integer((options["training"] or {}).get("save_interval", 1)) != 0
+
+
+#: Which options need or exclude which others: checked on the controller, all at once, before any node.
+RULES = (
+    Rule("keep_checkpoints", "verify_checkpoints=true", lambda o: o["verify_checkpoints"],
+         "removes only saves older than the newest verified one, and verify_checkpoints=false verifies none: drop "
+         "one of them", when=_positive),
+    Rule("keep_checkpoints", "saves (training.save_interval > 0)", _saves_on,
+         "removes old saves, and training.save_interval=0 makes none: drop one of them", when=_positive),
+    Rule("keep_checkpoints", "wait=true", lambda o: o["wait"],
+         "is applied by train.yml's watcher while the run goes on, and wait=false returns once the run is "
+         "launched: drop one of them", when=_positive),
+    Rule("keep_every", "keep_checkpoints >= 1", lambda o: o["keep_checkpoints"] > 0,
+         "keeps milestone saves from retention, and there is none without keep_checkpoints: give "
+         "keep_checkpoints=N (N >= 1), or drop keep_every", when=_positive),
+    Rule("keep_dry_run", "keep_checkpoints >= 1", lambda o: o["keep_checkpoints"] > 0,
+         "says what retention would remove, and there is none without keep_checkpoints: give keep_checkpoints=N "
+         "(N >= 1), or drop keep_dry_run"),
+    Rule("min_nodes", "elastic=true", lambda o: o["elastic"],
+         "is the fewest nodes an elastic re-plan may use, and there is no re-plan without elastic=true (with "
+         "max_restarts=N): give both, or drop min_nodes"),
+    Rule("use_nodes", "no node of exclude_nodes", lambda o: not set(o["use_nodes"]) & set(o["exclude_nodes"] or ()),
+         "and exclude_nodes name the same node: name each node in one of them"),
+    Rule("health_max_age", "health=exclude or warn", lambda o: o["health"] != "off",
+         "is how long a full health check stands for train.yml's quick one, and health=off skips the check: drop "
+         "one of them"),
+    Rule("health_burn_in_s", "level=full", lambda o: o["level"] == "full",
+         "is the full level's burn-in, and the quick level burns nothing in: give level=full, or drop it"),
+    Rule("health_min_busbw_gbps", "level=full", lambda o: o["level"] == "full",
+         "is the full level's all-reduce threshold, and the quick level runs no all-reduce: give level=full, or "
+         "drop it"),
+)  # fmt: skip
+
+
+def rule_problems(given: Mapping[str, Any], options: Mapping[str, Any], source: Mapping[str, str]) -> list[str]:
+    """Every rule of :data:`RULES` that the options ``given`` (name -> converted value; ``options``: every option
+    the playbook reads, converted) break; ``source``: how each was given (``-e`` or ``inventory``). A rule on an
+    option the playbook does not read, or that did not convert, is not judged."""
+    problems = []
+    for rule in RULES:
+        if rule.option not in given or not rule.when(given[rule.option]):
+            continue
+        try:
+            broken = not rule.holds(options)
+        except (KeyError, TypeError):
+            continue
+        if broken:
+            where = label(OPTIONS[rule.option], source.get(rule.option, "-e"))
+            problems.append(f"{where}={_shown(given[rule.option])} {rule.why}")
+    return problems
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def as_written(option: Option | str, text: str, read: Any, reader: str = "YAML 1.1") -> str | None:
+    """Why ``read``, what ``reader`` made of the unquoted ``text`` (``exp: no`` the boolean false, ``slots: 010``
+    the octal 8, ``slurm_time: 1:30:00`` the base-60 5400, ``run_id: 2026-12-01`` a date, ``0.10`` the number
+    0.1), is not what ``text`` says to ``option``, with the fix; None when both mean the same."""
+    opt = OPTIONS[option] if isinstance(option, str) else option
+    meant, got = _attempt(opt, text), _attempt(opt, read)
+    if meant == got:
+        return None
+    if isinstance(read, bool):
+        made = f"the boolean {str(read).lower()}"
+    elif isinstance(read, datetime.date):
+        made = f"a date ({read.isoformat()})"
+    elif ":" in text:
+        made = f"{read} (base 60)"
+    elif isinstance(read, int) and re.fullmatch(r"[-+]?0[0-7_]+", text):
+        made = f"the octal number {read}"
+    else:
+        made = f"the number {read!r}"
+    if meant is None:
+        fix = f"write it as {_wanted(opt)}"
+    elif opt.kind in ("int", "float"):
+        fix = f"write {meant[1]:g}" + (" without the leading zero" if text.lstrip("+-").startswith("0") else "")
+    else:
+        fix = f'quote it: {opt.name}: "{text}"'
+    return f"{opt.name}: {text} is read by {reader} as {made}, not as written; {fix}"
+
+
+def _attempt(opt: Option, value: Any) -> tuple[type, Any] | None:
+    """``value`` converted (with its type: True is not 1), or None when ``opt`` refuses it."""
+    try:
+        converted = convert(opt, value)
+    except OptionError:
+        return None
+    return type(converted), converted
+
 
 class OptionError(ValueError):
     """A value its option does not accept; the message is the whole sentence."""
@@ -320,7 +460,7 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
     for "not set" where the option has no default; an empty value is always an error."""
     opt = OPTIONS[option] if isinstance(option, str) else option
     where = label(opt, source)
-    shown = f"{where}={value!r}"
+    shown = f"{where}={value.isoformat() if isinstance(value, datetime.date) else repr(value)}"
 
     def bad(why: str) -> OptionError:
         return OptionError(f"{shown} {why}" + (f"; {opt.fix}" if opt.fix and "give" not in why else ""))
@@ -368,7 +508,8 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
         choices = opt.choices or tuple(accelerators)
         text = str(value).lower() if opt.name == "slurm_gpus_per_node" and isinstance(value, bool) else str(value)
         if text not in choices:
-            raise bad(f"must be one of {', '.join(choices)}")
+            quote = f" (not {_type_words(value)})" if isinstance(value, bool) else ""
+            raise bad(f"must be one of {', '.join(choices)}{quote}")
         return text
     if kind in ("map", "env"):
         if not isinstance(value, Mapping):
@@ -384,7 +525,7 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
             raise bad("must be inventory node names separated by commas, as node2,node3")
         return names
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-        raise bad(f"must be a text value, got a {type(value).__name__}")
+        raise bad(f"must be a text value, not {_type_words(value)}")
     text = str(value)
     if text != text.strip():
         raise bad("has spaces around it; remove them")
@@ -455,6 +596,20 @@ def _bounds(opt: Option, number: float, bad: Any) -> None:
     high_fail = opt.maximum is not None and number > opt.maximum
     if low_fail or high_fail:
         raise bad(f"must be {_wanted(opt)}")
+
+
+def _type_words(value: Any) -> str:
+    """What a value that is not text is, in words, with the fix when YAML made it so."""
+    if isinstance(value, bool):
+        return (
+            f"the boolean {str(value).lower()}: YAML reads an unquoted yes, no, on, off, true or false as a boolean; "
+            "quote the value"
+        )
+    if isinstance(value, datetime.date):
+        return f"a date ({value.isoformat()}): YAML reads an unquoted YYYY-MM-DD as a date; quote the value"
+    return {list: "a list", tuple: "a list", dict: "a mapping"}.get(
+        next((t for t in (list, tuple, dict) if isinstance(value, t)), type(value)), "a value of another kind"
+    )
 
 
 def _integer(value: Any) -> int | None:
