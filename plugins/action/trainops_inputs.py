@@ -18,6 +18,7 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 import yaml  # noqa: E402
+from ansible import context  # noqa: E402
 from ansible.plugins.action import ActionBase  # noqa: E402
 from ansible.utils.display import Display  # noqa: E402
 from ansible.utils.vars import load_extra_vars  # noqa: E402
@@ -28,7 +29,8 @@ PROJECT = os.path.dirname(os.path.dirname(_CORE))
 
 
 def role_parameters() -> list[str]:
-    """Every role's own parameters (roles/*/meta/argument_specs.yml): advanced overrides, typed by their spec."""
+    """Every role's parameters (roles/*/meta/argument_specs.yml): the site's settings among them pass
+    (options.SITE_SETTINGS), the others are the roles' own and refused."""
     names: set[str] = set()
     for path in glob.glob(os.path.join(PROJECT, "roles", "*", "meta", "argument_specs.yml")):
         with open(path, encoding="utf-8") as handle:
@@ -86,6 +88,7 @@ class ActionModule(ActionBase):
             playbook=playbook,
             values=values,
             extra_names=sorted(extra),
+            extra_arguments=[str(a) for a in context.CLIARGS.get("extra_vars") or ()],
             groups=groups,
             hostvars=hostvars,
             inventory_sources=sources,

@@ -23,7 +23,7 @@ def given(playbook="train", extra=None, inventory=None, hostvars=None, groups=No
         extra_names=sorted(extra),
         groups=NODES if groups is None else groups,
         hostvars=HOSTVARS if hostvars is None else hostvars,
-        inventory_sources={"inventory/site": True},
+        inventory_sources=kw.pop("inventory_sources", {"inventory/site": True}),
         backends_dir=str(ROOT / "backends"),
         role_parameters=["container_image", "data_build_poll_s"],
         model_path=str(ROOT / "models" / "llama3-8b.yml"),
@@ -143,3 +143,163 @@ def test_controller_paths(tmp_path):
         in check(given("plan", extra={"plan_dir": str(tmp_path / "plan")})).problems[0]
     )
     assert "has no plan/plan.json" in check(given("report", extra={"run": str(tmp_path)})).problems[0]
+
+
+# --- inputs as written (the inventory's files and the -e arguments, before YAML 1.1 rewrote them) ---------------
+
+WRITTEN = """\
+all:
+  vars:
+    exp: no
+    health: off
+    megatron_version: 0.10
+    slurm_time: 1:30:00
+    run_id: 2026-12-01
+    hang_timout: 5
+    container_image: site/image:1
+  children:
+    nodes:
+      vars:
+        max_restarts: 2
+      hosts:
+        node1: {ansible_host: 10.0.0.1, slots: 010, tp: 2, slot: 4}
+        node2: {ansible_host: 10.0.0.2}
+        node2: {ansible_host: 10.0.0.3}
+    other:
+      hosts:
+        web1: {http_port: 80}
+"""
+#: What Ansible hands the check from that inventory.
+AS_READ = {"exp": False, "health": False, "megatron_version": 0.1, "slurm_time": 5400, "run_id": "2026-12-01"}
+
+
+def test_the_inventory_is_checked_as_written(tmp_path):
+    (tmp_path / "hosts.yml").write_text(WRITTEN)
+    hostvars = {"node1": {"ansible_host": "10.0.0.1", "slots": 8}, "node2": {"ansible_host": "10.0.0.3"}}
+    place = f"inventory {tmp_path / 'hosts.yml'}"
+    verdict = check(given(inventory=AS_READ, hostvars=hostvars, inventory_sources={str(tmp_path): True}))
+    assert verdict.problems == [
+        f"{place}:17: host node2 is listed twice in one mapping (lines 16 and 17); only the last is kept (one node, "
+        "not two): list it once",
+        f'{place}:3 (all.vars): exp: no is read by YAML 1.1 as the boolean false, not as written; quote it: exp: "no"',
+        f"{place}:4 (all.vars): health: off is read by YAML 1.1 as the boolean false, not as written; quote it: "
+        'health: "off"',
+        f"{place}:5 (all.vars): megatron_version: 0.10 is read by YAML 1.1 as the number 0.1, not as written; quote "
+        'it: megatron_version: "0.10"',
+        f"{place}:6 (all.vars): slurm_time: 1:30:00 is read by YAML 1.1 as 5400 (base 60), not as written; quote it: "
+        'slurm_time: "1:30:00"',
+        f"{place}:7 (all.vars): run_id: 2026-12-01 is read by YAML 1.1 as a date (2026-12-01), not as written; quote "
+        'it: run_id: "2026-12-01"',
+        f"{place}:8 (all.vars): hang_timout: no such option; did you mean hang_timeout? (docs/options.md lists "
+        "every option; -e allow_unknown=true passes it on)",
+        f"{place}:13 (the vars of group nodes): max_restarts: not read here: a run option is read from -e or the "
+        "inventory's all.vars only (on a host or in a group's vars it is ignored); move it under all.vars, or give "
+        "-e max_restarts",
+        f"{place}:15 (host node1): slots: 010 is read by YAML 1.1 as the octal number 8, not as written; write 10 "
+        "without the leading zero",
+        f"{place}:15 (host node1): tp: not read here: a run option is read from -e or the inventory's all.vars only "
+        "(on a host or in a group's vars it is ignored); move it under all.vars, or give -e tp",
+        f"{place}:15 (host node1): slot: no such option; did you mean slots? (docs/options.md lists every option; "
+        "-e allow_unknown=true passes it on)",
+    ]  # the site's container_image passes; another group's variables are its own
+
+
+def test_what_yaml_keeps_as_written_passes(tmp_path):
+    (tmp_path / "hosts.yml").write_text(
+        'all:\n  vars:\n    exp: "no"\n    megatron_version: 0.14\n    distributed_optimizer: no\n    tp: 2\n'
+        "  children:\n    nodes:\n      hosts:\n        node1: {ansible_host: 10.0.0.1, slots: 8, master: yes}\n"
+    )
+    inventory = {"exp": "no", "megatron_version": 0.14, "distributed_optimizer": False, "tp": 2}
+    assert check(given(inventory=inventory, inventory_sources={str(tmp_path): True})).problems == []
+
+
+def test_an_extra_argument_is_checked_as_written():
+    values = {"health": False, "exclude_nodes": "node1,", "_raw_params": "node2"}  # what Ansible made of them
+    typed = given(extra=values)
+    typed.extra_arguments = ['{"health": off}', "exclude_nodes=node1, node2"]
+    assert check(typed).problems == [
+        "-e 'exclude_nodes=node1, node2': a space split it, and 'node2' is not name=value (Ansible reads -e "
+        "name=value pairs separated by spaces): drop the space (-e exclude_nodes=node1,node2) or quote the value "
+        "(-e \"exclude_nodes='node1, node2'\")",
+        "-e '{\"health\": off}': health: off is read by YAML 1.1 as the boolean false, not as written; quote it: "
+        'health: "off"',
+    ]
+    # without the arguments, the value's own problem says what YAML did, and the stray word is named
+    problems = " ".join(check(given(extra=values)).problems)
+    assert "-e health=False must be one of off, warn, exclude (not the boolean false: YAML reads" in problems
+    assert "-e: a word that is not name=value: a space split an -e" in problems
+
+
+def test_a_date_names_no_internal_type():
+    import datetime
+
+    problems = check(given(extra={"run_id": datetime.date(2026, 12, 1)})).problems
+    assert problems == [
+        "-e run_id=2026-12-01 must be a text value, not a date (2026-12-01): YAML reads an unquoted "
+        "YYYY-MM-DD as a date; quote the value"
+    ]
+
+
+def test_a_role_s_own_parameter_is_refused_and_a_site_setting_passes():
+    typed = given(extra={"render_dest": "/tmp/x", "container_image": "x:1", "data_build_poll_s": "1"})
+    typed.role_parameters = ["render_dest", "container_image", "data_build_poll_s"]
+    assert check(typed).problems == [
+        "-e render_dest: no such option; it is a role's own parameter, which the playbooks set from the options "
+        "(docs/options.md lists every option; -e allow_unknown=true passes it on)"
+    ]
+
+
+def test_a_cluster_field_only_the_nodes_see_is_refused():
+    hostvars = {h: dict(v, work_home="/y") for h, v in HOSTVARS.items()}
+    assert check(given(hostvars=hostvars)).problems == [
+        "inventory: work_home='/y' is set for the nodes (in a group's or the hosts' vars), but the controller, which "
+        "plans the run, reads all.vars ('/data/mtt-train-ops'): set it once under all.vars (or with -e)"
+    ]
+    assert check(given(hostvars=hostvars, inventory={"work_home": "/y"})).problems == []
+
+
+@pytest.mark.parametrize(
+    ("playbook", "extra", "words"),
+    [
+        ("train", {"keep_every": "5"}, "-e keep_every=5 keeps milestone saves from retention"),
+        ("train", {"keep_dry_run": "true"}, "-e keep_dry_run=true says what retention would remove"),
+        ("train", {"keep_checkpoints": "2", "verify_checkpoints": "false"}, "verify_checkpoints=false verifies none"),
+        ("train", {"keep_checkpoints": "2", "training": {"save_interval": 0}}, "training.save_interval=0 makes none"),
+        ("train", {"keep_checkpoints": "2", "wait": "false"}, "wait=false returns once the run is launched"),
+        ("train", {"min_nodes": "2"}, "-e min_nodes=2 is the fewest nodes an elastic re-plan may use"),
+        ("train", {"use_nodes": "node1,node2", "exclude_nodes": "node2"}, "name each node in one of them"),
+        ("train", {"health_max_age": "3", "health": "off"}, "health=off skips the check"),
+        ("health", {"health_burn_in_s": "3"}, "-e health_burn_in_s=3 is the full level's burn-in"),
+        ("health", {"health_min_busbw_gbps": "3"}, "the quick level runs no all-reduce"),
+        ("data", {"input": "/d/x.bin", "output_prefix": "/d/x", "tokenizer": "/t"}, "would replace its own input"),
+        ("data", {"input": "/d/x", "output_prefix": "/d/x.BIN", "tokenizer": "/t"}, "must not end in .bin/.idx"),
+    ],
+)
+def test_options_that_need_or_exclude_others(playbook, extra, words):
+    problems = check(given(playbook, extra=extra)).problems
+    assert len(problems) == 1 and words in problems[0]
+
+
+def test_the_rules_are_judged_with_every_other_problem_at_once():
+    problems = check(given(extra={"keep_every": "5", "min_nodes": "2", "tp": "0"})).problems
+    assert len(problems) == 3 and "-e tp='0'" in problems[0]
+    assert check(given(extra={"keep_every": "5", "keep_checkpoints": "2", "min_nodes": "1", "elastic": "true",
+                              "max_restarts": "1"})).problems == []  # fmt: skip
+
+
+def test_min_nodes_above_the_nodes_a_run_starts_on():
+    three = {**HOSTVARS, "node3": {"ansible_host": "10.0.0.3", "slots": 8, "spare": True}}
+    elastic = {"elastic": "true", "max_restarts": "1"}
+    groups = {"nodes": ["node1", "node2", "node3"]}
+    out = check(given(extra={**elastic, "min_nodes": "2", "exclude_nodes": "node2"}, hostvars=HOSTVARS)).problems
+    assert out == [
+        "-e min_nodes=2 is more than the 1 node(s) the run starts on after -e exclude_nodes / use_nodes (node1): an "
+        "elastic re-plan keeps at least min_nodes of them; lower min_nodes"
+    ]
+    # a spare takes the excluded node's place: two nodes start
+    spared = given(extra={**elastic, "min_nodes": "2", "exclude_nodes": "node2"}, hostvars=three, groups=groups)
+    assert check(spared).problems == []
+    assert (
+        "-e exclude_nodes / -e use_nodes: no such node in the inventory: node9"
+        in (check(given(extra={"exclude_nodes": "node9"})).problems[0])
+    )

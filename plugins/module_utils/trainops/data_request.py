@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from .dataset_manifest import manifest_path
 from .options import OPTIONS, REQUIRED, OptionError, convert
 
 #: data.yml's options (their types, ranges and defaults are :data:`.options.OPTIONS`').
@@ -23,7 +25,15 @@ def problems(options: Mapping[str, Any]) -> list[str]:
             convert(OPTIONS[name], options[name])
         except OptionError as exc:
             found.append(str(exc))
-    prefix = str(options.get("output_prefix") or "")
-    if prefix.endswith((".bin", ".idx")):
+    prefix, source = str(options.get("output_prefix") or ""), str(options.get("input") or "")
+    if prefix.lower().endswith((".bin", ".idx")):
         found.append(f"-e output_prefix={prefix!r} must not end in .bin/.idx (they are added)")
+    elif prefix.endswith("/"):
+        found.append(f"-e output_prefix={prefix!r} names a directory: give a file prefix in it, as {prefix}name")
+    outputs = [prefix + suffix for suffix in ("", ".bin", ".idx")] + [manifest_path(prefix)]
+    if source and posixpath.normpath(source) in map(posixpath.normpath, outputs):
+        found.append(
+            f"-e input={source!r} is what -e output_prefix={prefix!r} writes ({', '.join(outputs[1:])}): the build "
+            "would replace its own input; give another output_prefix"
+        )
     return found

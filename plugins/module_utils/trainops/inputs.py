@@ -21,9 +21,11 @@ from .data_request import problems as data_problems
 from .errors import PlanError
 from .invocation import example_text, no_inventory_text
 from .model import model_from_dict
+from .node_choice import chosen_out, plan_nodes
 from .slurm import settings as slurm_settings
 from .watch import NAMES as WATCH_NAMES
 from .watch import watch_options
+from .written import Setting, Written, read_extra, read_inventory
 
 #: The files a plan directory holds (roles/render): plan.yml removes an earlier plan's before writing its own.
 PLAN_FILES = ("plan.json", "recommendations.json", "hostfile", "fanout.sh", "stop.sh", "probe.sh", "diagnose.sh")
@@ -60,6 +62,8 @@ class Inputs:
     values: Mapping[str, Any]
     #: The names given with ``-e``.
     extra_names: Sequence[str] = ()
+    #: The ``-e`` arguments as typed (``name=value``, ``{...}``, ``@file``): read again as written.
+    extra_arguments: Sequence[str] = ()
     #: group name -> host names.
     groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
     #: host name -> its inventory variables (those of the schema's host and cluster options).
@@ -72,7 +76,8 @@ class Inputs:
     example_inventory: bool = False
     #: The backends directory (backends/<accelerator>.yml).
     backends_dir: str = ""
-    #: Names that are roles' own parameters (roles/*/meta/argument_specs.yml): accepted from -e, unchecked here.
+    #: Names that are roles' parameters (roles/*/meta/argument_specs.yml): only :data:`.options.SITE_SETTINGS`
+    #: of them pass (unchecked here); the others are the roles' own, refused as unknown.
     role_parameters: Sequence[str] = ()
     #: The model preset's path and its mapping (or why it could not be read), for plan.yml and train.yml.
     model_path: str | None = None
@@ -93,13 +98,18 @@ def check(given: Inputs) -> Verdict:
     """Every problem of ``given``, every warning, and the converted options (see the module's docstring)."""
     out = Verdict()
     _inventory_exists(given, out)
-    _unknown_options(given, out)
+    extra = read_extra(given.extra_arguments)
+    _unknown_options(given, extra, out)
+    inventory = read_inventory([source for source, exists in given.inventory_sources.items() if exists])
+    # an option whose value YAML rewrote, or that is set where it is not read, has that problem, not its value's
+    told = _as_written(given, inventory, extra, out)
     accelerators = _accelerators(given.backends_dir)
+    sources: dict[str, str] = {}
     for opt in schema.read_by(given.playbook):
         if opt.where == "host":
             continue
         present = opt.name in given.values
-        source = "-e" if opt.name in given.extra_names or not present else "inventory"
+        source = sources[opt.name] = "-e" if opt.name in given.extra_names or not present else "inventory"
         try:
             value = (
                 schema.convert(opt, given.values[opt.name], source, accelerators)
@@ -107,7 +117,8 @@ def check(given: Inputs) -> Verdict:
                 else (schema.convert(opt, opt.default, source, accelerators) if opt.default is not None else None)
             )
         except schema.OptionError as exc:
-            out.problems.append(str(exc))
+            if opt.name not in told:
+                out.problems.append(str(exc))
             continue
         out.options[opt.name] = value
     for name in schema.REQUIRED.get(given.playbook, ()):
@@ -115,7 +126,12 @@ def check(given: Inputs) -> Verdict:
             out.problems.append(f"-e {name}=... is required: {schema.OPTIONS[name].doc}")
     nodes = given.groups.get("nodes") or []
     if nodes:
-        _hosts(given, nodes, accelerators, out)
+        _hosts(given, nodes, accelerators, out, told)
+    # the options that need or exclude others (the schema's rules), all at once, on the values that converted
+    given_now = {name: out.options[name] for name in given.values if name in out.options}
+    out.problems += schema.rule_problems(given_now, out.options, sources)
+    if given.playbook == "train" and nodes:
+        _chosen_nodes(given, nodes, out)
     if out.problems:
         return out
     _between(given, nodes, out)
@@ -143,28 +159,104 @@ def _inventory_exists(given: Inputs, out: Verdict) -> None:
         )
 
 
-def _unknown_options(given: Inputs, out: Verdict) -> None:
-    allow = schema.OPTIONS["allow_unknown"]
+def _lenient(given: Inputs) -> bool:
+    """-e allow_unknown=true: an unknown name is a warning."""
     try:
-        lenient = schema.convert(allow, given.values.get("allow_unknown", False))
+        return bool(schema.convert("allow_unknown", given.values.get("allow_unknown", False)))
     except schema.OptionError:
-        lenient = False  # reported with the other options
-    known = [*schema.OPTIONS, *given.role_parameters]
+        return False  # reported with the other options
+
+
+def _unknown(name: str, given: Inputs) -> str:
+    """The sentence for a name no playbook reads, with the nearest known one."""
+    near = schema.nearest(name, [*schema.OPTIONS, *schema.SITE_SETTINGS])
+    own = (
+        "; it is a role's own parameter, which the playbooks set from the options"
+        if name in given.role_parameters
+        else ""
+    )
+    return (
+        f"{name}: no such option{own}"
+        + (f"; did you mean {near}?" if near and not own else "")
+        + " (docs/options.md lists every option; -e allow_unknown=true passes it on)"
+    )
+
+
+def _unknown_options(given: Inputs, extra: Written, out: Verdict) -> None:
+    out.problems += extra.problems  # an -e that a space split
+    lenient = _lenient(given)
     for name in given.extra_names:
-        if name.startswith("ansible_") or name in given.role_parameters:
+        if name.startswith("ansible_") or name in schema.SITE_SETTINGS:
             continue
         opt = schema.OPTIONS.get(name)
-        if opt is None:
-            near = schema.nearest(name, known)
-            text = (
-                f"-e {name}: no such option"
-                + (f"; did you mean {near}?" if near else "")
-                + (" (docs/options.md lists every option; -e allow_unknown=true passes it on)")
-            )
-            (out.warnings if lenient else out.problems).append(text)
+        if name == "_raw_params":  # Ansible's name for a word of an -e that is not name=value
+            if not extra.problems:
+                out.problems.append("-e: a word that is not name=value: a space split an -e; quote its value or "
+                                    "drop the space")  # fmt: skip
+        elif opt is None:
+            (out.warnings if lenient else out.problems).append(f"-e {_unknown(name, given)}")
         elif given.playbook not in opt.playbooks:
             readers = ", ".join(f"{p}.yml" for p in opt.playbooks)
             out.warnings.append(f"-e {name} is not read by {given.playbook}.yml (it is read by {readers}); ignored")
+
+
+def _as_written(given: Inputs, inventory: Written, extra: Written, out: Verdict) -> set[str]:
+    """The inventory and the -e arguments as written (:mod:`.written`): a host listed twice; in the inventory's
+    all.vars, the nodes group's or a node's vars, a name no playbook reads; anywhere in the inventory, a run option
+    (read from -e or all.vars only) set on a host or in a group's vars; an option whose unquoted value YAML 1.1
+    rewrote (``health: off``, ``slots: 010``). Returns the names of the options named here."""
+    out.problems += inventory.problems
+    lenient, nodes, told = _lenient(given), set(given.groups.get("nodes") or ()), set()
+    last = {setting.name: setting for setting in extra.settings}  # the -e that counts
+    for setting in [*inventory.settings, *last.values()]:
+        opt, name, where = schema.OPTIONS.get(setting.name), setting.name, _place(setting)
+        if setting.scope != "-e" and not name.startswith("ansible_") and name not in schema.SITE_SETTINGS:
+            ours = setting.scope in ("all", "group nodes") or setting.scope.removeprefix("host ") in nodes
+            if opt is None and ours:
+                (out.warnings if lenient else out.problems).append(f"{where}: {_unknown(name, given)}")
+                continue
+            if opt is not None and opt.where == "-e" and setting.scope != "all":
+                out.problems.append(
+                    f"{where}: {name}: not read here: a run option is read from -e or the inventory's all.vars "
+                    f"only (on a host or in a group's vars it is ignored); move it under all.vars, or give -e {name}"
+                )
+                told.add(name)
+                continue
+        problem = opt and setting.rewritten and schema.as_written(opt, setting.text, setting.read, setting.reader)
+        if problem:
+            out.problems.append(f"{where}: {problem}")
+            told.add(name)
+    return told
+
+
+def _place(setting: Setting) -> str:
+    if setting.scope == "-e":
+        return setting.place
+    scope = "all.vars" if setting.scope == "all" else setting.scope.replace("group ", "the vars of group ")
+    return f"inventory {setting.place} ({scope})"
+
+
+def _chosen_nodes(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
+    """-e exclude_nodes and -e use_nodes name inventory nodes, and leave at least min_nodes to an elastic run."""
+    opts = out.options
+    try:
+        left_out = chosen_out(nodes, opts.get("exclude_nodes") or [], opts.get("use_nodes") or [])
+    except ValueError as exc:
+        out.problems.append(f"-e exclude_nodes / -e use_nodes: {exc}")
+        return
+    minimum = opts.get("min_nodes")
+    if "min_nodes" not in given.values or not opts.get("elastic") or minimum is None:
+        return
+    spare = {n: schema.convert("spare", given.hostvars.get(n, {}).get("spare", False)) is True for n in nodes}
+    use = opts.get("use_nodes") or []
+    regular = [n for n in nodes if n in use] if use else [n for n in nodes if not spare[n]]
+    start = plan_nodes(regular, [] if use else [n for n in nodes if spare[n]], left_out)[0]
+    if minimum > len(start):
+        chosen = " after -e exclude_nodes / use_nodes" if left_out else ""
+        out.problems.append(
+            f"-e min_nodes={minimum} is more than the {len(start)} node(s) the run starts on{chosen} "
+            f"({', '.join(start) or 'none'}): an elastic re-plan keeps at least min_nodes of them; lower min_nodes"
+        )
 
 
 def _accelerators(backends_dir: str) -> list[str]:
@@ -182,13 +274,13 @@ def _profiles(backends_dir: str) -> dict[str, dict[str, Any]]:
     return profiles
 
 
-def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out: Verdict) -> None:
-    """Each host's own fields, and the cluster fields that must be the same on every node."""
+def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out: Verdict, told: set[str]) -> None:
+    """Each host's own fields, and the cluster fields that must be the same on every node and on the controller."""
     readers = [o for o in schema.OPTIONS.values() if o.where in ("host", "cluster")]  # the whole inventory
     for host in nodes:
         hv = given.hostvars.get(host, {})
         for opt in readers:
-            if opt.name not in hv or (opt.where == "cluster" and opt.name in given.extra_names):
+            if opt.name not in hv or (opt.where == "cluster" and opt.name in given.extra_names) or opt.name in told:
                 continue
             try:
                 schema.convert(opt, hv[opt.name], f"inventory {host}", accelerators)
@@ -205,6 +297,17 @@ def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out
                 f"inventory: {opt.name} differs between nodes ({shown}); one run uses one value: set it once under "
                 "all.vars (or with -e)"
             )
+        elif opt.name not in _FROM_THE_NODES and distinct != {repr(given.values.get(opt.name, opt.default))}:
+            value = next(iter(seen.values()))
+            out.problems.append(
+                f"inventory: {opt.name}={value!r} is set for the nodes (in a group's or the hosts' vars), but the "
+                f"controller, which plans the run, reads all.vars ({given.values.get(opt.name, opt.default)!r}): "
+                "set it once under all.vars (or with -e)"
+            )
+
+
+#: The cluster fields the controller reads from the first node when all.vars has none (trainops_defaults).
+_FROM_THE_NODES = ("accelerator", "accelerator_card", "backend_env")
 
 
 def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
