@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import nodes_contacted
+from testbed import nodes_contacted, recap
 
 pytestmark = pytest.mark.playbook
 
@@ -258,6 +258,32 @@ CASES = [
         "-e max_bad_lines='x' is not an integer",
     ),
     ("data-json-key", "playbooks/data.yml", (*DATA, "-e", "json_key="), "-e json_key= is empty"),
+    (
+        "data-input-is-output",
+        "playbooks/data.yml",
+        ("-e", "input=/data/x.bin", "-e", "output_prefix=/data/x", "-e", "tokenizer=/t"),
+        "-e input='/data/x.bin' is what -e output_prefix='/data/x' writes",
+    ),
+    # inputs as written: an -e split by a space, YAML's rewrites in an -e, a role's own parameter
+    ("e-split", "train.yml", ("-e", "exclude_nodes=node1, node2"), "-e 'exclude_nodes=node1, node2': a space split"),
+    ("e-yaml-off", "train.yml", ("-e", "{health: off}"), "-e '{health: off}': health: off is read by YAML 1.1 as"),
+    ("e-role-own", "playbooks/plan.yml", ("-e", "render_dest=/tmp/x"), "-e render_dest: no such option; it is a"),
+    # options that need or exclude others (trainops.options.RULES), all at once
+    ("keep-every-alone", "train.yml", ("-e", "keep_every=5"), "-e keep_every=5 keeps milestone saves from retention"),
+    (
+        "keep-unverified",
+        "train.yml",
+        ("-e", "keep_checkpoints=2", "-e", "verify_checkpoints=false", "-e", "keep_dry_run=true"),
+        "-e keep_checkpoints=2 removes only saves older than the newest verified one",
+    ),
+    ("min-nodes-alone", "train.yml", ("-e", "min_nodes=2"), "-e min_nodes=2 is the fewest nodes an elastic re-plan"),
+    (
+        "min-nodes-above",
+        "train.yml",
+        ("-e", "elastic=true", "-e", "max_restarts=1", "-e", "min_nodes=3"),
+        "-e min_nodes=3 is more than the 2 node(s) the run starts on",
+    ),
+    ("burn-in-quick", "playbooks/health.yml", ("-e", "health_burn_in_s=3"), "-e health_burn_in_s=3 is the full level"),
 ]
 
 # (id, the nodes group's hosts, what the message must say): plan.yml with these inventories
@@ -365,10 +391,10 @@ def _refused(tmp_path: Path, playbook: str, extra: tuple[str, ...], words: str, 
 
 
 def _keys(extra: tuple[str, ...]) -> set[str]:
-    """The option names an argument vector sets (-e key=value, or -e with a JSON object)."""
+    """The option names an argument vector sets (-e key=value, or -e with a JSON or YAML object)."""
     keys: set[str] = set()
     for value in extra[1::2]:
-        keys |= set(json.loads(value)) if value.startswith("{") else {value.split("=", 1)[0]}
+        keys |= set(yaml.safe_load(value)) if value.startswith("{") else {value.split("=", 1)[0]}
     return keys
 
 
@@ -479,3 +505,51 @@ def test_what_must_pass_passes(tmp_path):
     other = _run(tmp_path, "stop.yml", "-e", "tp=2")
     assert "-e tp is not read by stop.yml (it is read by plan.yml, train.yml); ignored" in other.stdout + other.stderr
     assert nodes_contacted(other.stdout) == {"node1", "node2"}  # a warning, not a refusal: stop.yml went on
+
+
+AS_WRITTEN = """\
+all:
+  vars:
+    ansible_port: 9
+    exp: no
+    megatron_version: 0.10
+    hang_timout: 60
+  children:
+    nodes:
+      vars:
+        max_restarts: 2
+      hosts:
+        node1: {ansible_host: 127.0.0.1, slots: 010}
+        node2: {ansible_host: 127.0.0.2, slots: 8}
+        node1: {ansible_host: 127.0.0.3, slots: 8}
+"""
+
+
+def test_the_inventory_is_checked_as_written(tmp_path):
+    """YAML 1.1's rewrites, a host listed twice, a run option on a group and a typo in all.vars: each named with its
+    file and line, in one refusal before any node."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "hosts.yml").write_text(AS_WRITTEN)
+    result = _run(tmp_path, "train.yml", "-e", f"runs_dir={tmp_path / 'runs'}", inventory=str(tmp_path / "site"))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and not nodes_contacted(output), output[-3000:]
+    for words in (
+        "hosts.yml:14: host node1 is listed twice in one mapping (lines 12 and 14)",
+        'hosts.yml:4 (all.vars): exp: no is read by YAML 1.1 as the boolean false, not as written; quote it: exp: "no"',
+        "hosts.yml:5 (all.vars): megatron_version: 0.10 is read by YAML 1.1 as the number 0.1",
+        "hosts.yml:6 (all.vars): hang_timout: no such option; did you mean hang_timeout?",
+        "hosts.yml:10 (the vars of group nodes): max_restarts: not read here: a run option",
+        "hosts.yml:12 (host node1): slots: 010 is read by YAML 1.1 as the octal number 8",
+    ):
+        assert words in output, output[-3000:]
+    assert "must be a text value" not in output and "_AnsibleTagged" not in output
+
+
+def test_an_excluded_node_is_not_contacted(tmp_path):
+    """train.yml -e exclude_nodes=node2 plans on node1 and reaches for it alone (node1 does not answer here)."""
+    result = _run(tmp_path, "train.yml", "-e", "exclude_nodes=node2", "-e", "model=tiny", "-e", "seq_length=128",
+                  "-e", f"runs_dir={tmp_path / 'runs'}", "-e", f"health_dir={tmp_path / 'health'}")  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "node1 (127.0.0.1) is unreachable" in output, output[-3000:]
+    assert "127.0.0.2" not in output, output[-3000:]
+    assert recap(output)["node2"] == {"ok": 0, "changed": 0, "unreachable": 0, "failed": 0}
