@@ -45,7 +45,7 @@ each option it reads, and the inventory, on the controller before any node is co
   host listed twice, a name no playbook reads in `all.vars`, the `nodes` group's or a node's vars, a run option
   (where `-e`, below) on a host or in a group's vars, where it is not read, and an `-e` that a space split
   (`-e 'exclude_nodes=node1, node2'`);
-- options that need or exclude others are refused together (the table after the options).
+- an `-e` option that needs or excludes others is refused with the rest (the table after the options).
 
 Kinds: `name` is one path component of at most 100 characters (letters, digits, `. _ + = @ -`, starting with a
 letter or digit: it names a directory on every node and appears in scripts); `container_path` an absolute path
@@ -88,9 +88,10 @@ def render() -> str:
             f"| `{opt.name}` | {WHERE[opt.where]} | {_kind(opt)} | {_default(opt)} | {books} | {opt.doc} ({opt.docs}) |"
         )
     lines += ["", "Required: " + "; ".join(f"{b}.yml: `{'`, `'.join(n)}`" for b, n in options.REQUIRED.items()), ""]
-    lines += ["## Options that need or exclude others", "", "Judged on the controller with every other problem, "
-              "before any node (`options.RULES`); data.yml's input must not be one of the files its output_prefix "
-              "writes.", ""]  # fmt: skip
+    lines += ["## Options that need or exclude others", "", "An option given with `-e` is judged against these "
+              "on the controller with every other problem, before any node (`options.RULES`; a site's default in "
+              "the inventory is not, since some runs need it and others do not). data.yml's input must not be one "
+              "of the files its output_prefix writes.", ""]  # fmt: skip
     lines += ["| option | needs | otherwise |", "| --- | --- | --- |"]
     for rule in options.RULES:
         lines.append(f"| `{rule.option}` | {rule.needs} | {rule.option} {rule.why} |")

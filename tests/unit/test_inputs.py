@@ -280,6 +280,10 @@ def test_options_that_need_or_exclude_others(playbook, extra, words):
     assert len(problems) == 1 and words in problems[0]
 
 
+def test_a_site_default_in_the_inventory_is_not_held_to_the_rules():
+    assert check(given(inventory={"min_nodes": "2", "keep_every": "10"})).problems == []
+
+
 def test_the_rules_are_judged_with_every_other_problem_at_once():
     problems = check(given(extra={"keep_every": "5", "min_nodes": "2", "tp": "0"})).problems
     assert len(problems) == 3 and "-e tp='0'" in problems[0]

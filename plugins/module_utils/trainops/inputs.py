@@ -104,12 +104,11 @@ def check(given: Inputs) -> Verdict:
     # an option whose value YAML rewrote, or that is set where it is not read, has that problem, not its value's
     told = _as_written(given, inventory, extra, out)
     accelerators = _accelerators(given.backends_dir)
-    sources: dict[str, str] = {}
     for opt in schema.read_by(given.playbook):
         if opt.where == "host":
             continue
         present = opt.name in given.values
-        source = sources[opt.name] = "-e" if opt.name in given.extra_names or not present else "inventory"
+        source = "-e" if opt.name in given.extra_names or not present else "inventory"
         try:
             value = (
                 schema.convert(opt, given.values[opt.name], source, accelerators)
@@ -128,8 +127,8 @@ def check(given: Inputs) -> Verdict:
     if nodes:
         _hosts(given, nodes, accelerators, out, told)
     # the options that need or exclude others (the schema's rules), all at once, on the values that converted
-    given_now = {name: out.options[name] for name in given.values if name in out.options}
-    out.problems += schema.rule_problems(given_now, out.options, sources)
+    given_now = {name: out.options[name] for name in given.extra_names if name in out.options}
+    out.problems += schema.rule_problems(given_now, out.options)
     if given.playbook == "train" and nodes:
         _chosen_nodes(given, nodes, out)
     if out.problems:
@@ -247,7 +246,7 @@ def _chosen_nodes(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
     minimum = opts.get("min_nodes")
     if "min_nodes" not in given.values or not opts.get("elastic") or minimum is None:
         return
-    spare = {n: schema.convert("spare", given.hostvars.get(n, {}).get("spare", False)) is True for n in nodes}
+    spare = {n: _flag(given.hostvars.get(n, {}).get("spare", False)) for n in nodes}
     use = opts.get("use_nodes") or []
     regular = [n for n in nodes if n in use] if use else [n for n in nodes if not spare[n]]
     start = plan_nodes(regular, [] if use else [n for n in nodes if spare[n]], left_out)[0]
@@ -257,6 +256,14 @@ def _chosen_nodes(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
             f"-e min_nodes={minimum} is more than the {len(start)} node(s) the run starts on{chosen} "
             f"({', '.join(start) or 'none'}): an elastic re-plan keeps at least min_nodes of them; lower min_nodes"
         )
+
+
+def _flag(value: Any) -> bool:
+    """A host's boolean field (a bad one is named by the host's own check)."""
+    try:
+        return schema.convert("spare", value) is True
+    except schema.OptionError:
+        return False
 
 
 def _accelerators(backends_dir: str) -> list[str]:

@@ -332,7 +332,7 @@ SITE_SETTINGS = (
 
 @dataclass(frozen=True)
 class Rule:
-    """``option``, given (with -e or in the inventory) with a value ``when`` holds of, means something only when
+    """``option``, given with -e with a value ``when`` holds of, means something only when
     ``holds`` holds of the converted options (``needs`` says which, in words); otherwise the check refuses it,
     saying ``why``."""
 
@@ -383,10 +383,11 @@ RULES = (
 )  # fmt: skip
 
 
-def rule_problems(given: Mapping[str, Any], options: Mapping[str, Any], source: Mapping[str, str]) -> list[str]:
-    """Every rule of :data:`RULES` that the options ``given`` (name -> converted value; ``options``: every option
-    the playbook reads, converted) break; ``source``: how each was given (``-e`` or ``inventory``). A rule on an
-    option the playbook does not read, or that did not convert, is not judged."""
+def rule_problems(given: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
+    """Every rule of :data:`RULES` that the options ``given`` with -e (name -> converted value) break; ``options``:
+    every option the playbook reads, converted. An option the inventory sets is a site's default, which some runs
+    need and others do not: its rules are not judged. Nor is a rule on an option the playbook does not read, or
+    that did not convert."""
     problems = []
     for rule in RULES:
         if rule.option not in given or not rule.when(given[rule.option]):
@@ -396,8 +397,7 @@ def rule_problems(given: Mapping[str, Any], options: Mapping[str, Any], source: 
         except (KeyError, TypeError):
             continue
         if broken:
-            where = label(OPTIONS[rule.option], source.get(rule.option, "-e"))
-            problems.append(f"{where}={_shown(given[rule.option])} {rule.why}")
+            problems.append(f"-e {rule.option}={_shown(given[rule.option])} {rule.why}")
     return problems
 
 
