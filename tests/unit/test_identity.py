@@ -99,7 +99,7 @@ def _layout_like(p):
 
 
 def test_the_run_that_wrote_the_directory_matches_it():
-    assert saved_args_differences(SAVED, plan()) == {"fatal": [], "stated": []}
+    assert saved_args_differences(SAVED, plan()) == {"fatal": [], "stated": [], "schedule": []}
     found = check_directory(listing(), plan(), "node1")
     assert found == {"refused": "", "lines": [], "compared": 15}
 
@@ -171,7 +171,11 @@ def test_keys_an_older_megatron_did_not_record_are_not_compared():
     assert saved_args_differences(older, plan(model=dict(load_preset("tiny"), rotary_base=500000))) == {
         "fatal": [],
         "stated": [],
+        "schedule": [],
     }
+    # a save without the scheduler's arguments (an older Megatron): its schedule is not compared
+    no_schedule = {k: v for k, v in SAVED.items() if k != "lr_warmup_fraction"}
+    assert saved_args_differences(no_schedule, plan(train_iters=40))["schedule"] == []
 
 
 def test_the_newest_save_with_arguments_is_compared_and_none_means_no_comparison():
@@ -274,6 +278,9 @@ def test_the_controllers_records_refuse_another_configuration_before_any_node_is
     assert "seq_length: saved 128, planned 256" in text and "no node was contacted" in text
     assert "-e seq_length=128" in text and "-e fresh=true" in text
     assert earlier_run_refusal(str(runs), plan(tp=2, pp=1, gbs=8), fresh=False) == ""  # tp/pp re-shard
+    longer = earlier_run_refusal(str(runs), plan(train_iters=40), fresh=False)
+    assert longer.startswith(f"train.yml: the checkpoint directory {CKPT} (run megatron-tp1pp2/20261204-100000")
+    assert "the learning-rate schedule differs" in longer and longer.endswith("no node was contacted.")
     assert earlier_run_refusal(str(runs), wanted, fresh=True) == ""
     assert earlier_run_refusal(str(tmp_path / "none"), wanted, fresh=False) == ""
     # a plan that has not read the dataset's manifest yet (train.yml's first) is not refused for its vocabulary
@@ -302,3 +309,42 @@ def test_a_newer_run_that_moved_the_directory_aside_or_damaged_records_end_no_ru
     # the newest run moved the directory aside (fresh=true) and saved nothing verified: nothing to refuse
     _record(runs, dict(plan(), checkpoint_dir_before=CKPT + ".before-moved"), "moved", (), mtime=3000)
     assert earlier_run_refusal(str(runs), wanted, fresh=False) == ""
+
+
+def test_another_learning_rate_schedule_is_refused_before_megatron_asserts_on_load_unless_chosen():
+    """Megatron's OptimizerParamScheduler asserts on load that the warm-up, decay and weight-decay steps (in samples),
+    the rates and the decay style equal the save's (core 0.14): a resume with another train_iters (the warm-up is a
+    tenth of it, the decay and weight-decay steps all of it) died at load. It is refused before the launch, naming
+    each value, unless training.lr_schedule_on_resume chooses (then the Megatron flag is rendered and a line says)."""
+    from trainops.identity import schedule_verdict
+
+    longer = plan(train_iters=40)
+    found = saved_args_differences(SAVED, longer)
+    assert found["fatal"] == [] and {e["arg"]: (e["saved"], e["planned"]) for e in found["schedule"]} == {
+        "lr_warmup_samples": (24, 32),
+        "lr_decay_samples": (240, 320),
+        "weight_decay_samples": (240, 320),
+    }
+    result = check_directory(listing(), longer, "node1")
+    assert result["refused"].startswith(f"node1: the checkpoint directory {CKPT}: the learning-rate schedule differs")
+    assert "lr_decay_samples: saved 240, planned 320" in result["refused"]
+    assert (
+        "Megatron's scheduler refuses to load it" in result["refused"] and "lr_schedule_on_resume" in result["refused"]
+    )
+    # the same schedule with another layout (tp/pp re-shard; the global batch kept) is not a difference
+    assert saved_args_differences(SAVED, plan(tp=2, pp=1))["schedule"] == []
+    assert saved_args_differences(SAVED, plan(gbs=16))["schedule"]  # the steps are samples: gbs counts
+    for choice, flag, said in (
+        ("checkpoint", "--use-checkpoint-opt_param-scheduler", "the save's is kept"),
+        ("override", "--override-opt_param-scheduler", "this run's applies from the resumed iteration on"),
+    ):
+        chosen = make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=dict(RUN, train_iters=40), run_id="r1",
+                           exp_name="megatron-tp1pp2", data_path="mock", work_home="/data/mtt-train-ops",
+                           training={"lr_schedule_on_resume": choice})  # fmt: skip
+        assert flag in chosen["megatron_args"]
+        result = check_directory(listing(), chosen, "node1")
+        assert result["refused"] == "" and any(said in line for line in result["lines"]), result
+    assert schedule_verdict([], longer, 30) == ("", "")
+    with pytest.raises(Exception, match="lr_schedule_on_resume='later' must be one of refuse, checkpoint, override"):
+        make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=RUN, run_id="r1", data_path="mock",
+                  training={"lr_schedule_on_resume": "later"})  # fmt: skip

@@ -115,8 +115,62 @@ def planned_values(plan: Mapping[str, Any]) -> dict[str, Any]:
         "padded_vocab_size": _int(plan.get("padded_vocab_size")),
         "tensor_model_parallel_size": _int(plan.get("tp")) or 1,
         "precision": _precision("--bf16" in flags, "--fp16" in flags, flags.get("--fp8-format")),
-    }
+        "schedule": schedule({f[2:].replace("-", "_"): v for f, v in flags.items() if f in _SCHEDULE_FLAGS}),
+        "schedule_on_resume": (
+            "checkpoint" if "--use-checkpoint-opt_param-scheduler" in flags
+            else "override" if "--override-opt_param-scheduler" in flags else "refuse"
+        ),
+    }  # fmt: skip
     return out
+
+
+#: The arguments (core 0.14, ``training.get_optimizer_param_scheduler``) that make the schedule
+#: Megatron's ``OptimizerParamScheduler`` checks against a save's on load; flags as the launch spells them.
+_SCHEDULE_FLAGS = tuple(f"--{name}" for name in (
+    "lr", "min-lr", "lr-decay-style", "lr-warmup-iters", "lr-warmup-samples", "lr-warmup-fraction", "lr-decay-iters",
+    "lr-decay-samples", "train-iters", "train-samples", "global-batch-size", "weight-decay", "start-weight-decay",
+    "end-weight-decay", "weight-decay-incr-style",
+))  # fmt: skip
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def schedule(a: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What Megatron's scheduler compares on load (``OptimizerParamScheduler.load_state_dict``, core 0.14), from
+    arguments under Megatron's names (Megatron's defaults for those left out): the learning rates, the decay style,
+    and the warm-up, decay and weight-decay steps in samples. None when the arguments do not say (an older save)."""
+    gbs, train_samples = _int(a.get("global_batch_size")), _int(a.get("train_samples"))
+    train_iters, fraction = _int(a.get("train_iters")), _float(a.get("lr_warmup_fraction"))
+    if train_samples:
+        decay, wd_steps = _int(a.get("lr_decay_samples")) or train_samples, train_samples
+        warm = _int(a.get("lr_warmup_samples")) or 0
+    elif train_iters and gbs:
+        decay, wd_steps = (_int(a.get("lr_decay_iters")) or train_iters) * gbs, train_iters * gbs
+        warm = (_int(a.get("lr_warmup_iters")) or 0) * gbs
+    else:
+        return None
+    if _float(a.get("lr")) is None:
+        return None
+    weight_decay = _float(a.get("weight_decay"))
+    start_wd, end_wd = _float(a.get("start_weight_decay")), _float(a.get("end_weight_decay"))
+    return {
+        "lr": _float(a.get("lr")),
+        "min_lr": _float(a.get("min_lr")) or 0.0,
+        "lr_decay_style": a.get("lr_decay_style") or "linear",
+        "lr_warmup_samples": fraction * decay if fraction is not None else warm,
+        "lr_decay_samples": decay,
+        "weight_decay_samples": wd_steps,
+        "weight_decay": [
+            start_wd if start_wd is not None else weight_decay if weight_decay is not None else 0.01,
+            end_wd if end_wd is not None else weight_decay if weight_decay is not None else 0.01,
+            a.get("weight_decay_incr_style") or "constant",
+        ],
+    }
 
 
 def _precision(bf16: Any, fp16: Any, fp8: Any) -> str:
@@ -138,6 +192,8 @@ def saved_values(args: Mapping[str, Any]) -> dict[str, Any]:
         out["precision"] = _precision(args.get("bf16"), args.get("fp16"), args.get("fp8"))
     out["tensor_model_parallel_size"] = _int(args.get("tensor_model_parallel_size")) or 1
     out["make_vocab_size_divisible_by"] = _int(args.get("make_vocab_size_divisible_by")) or 128
+    # a key Megatron's Namespace always holds (None when unset) that is missing: a save of an older Megatron
+    out["schedule"] = schedule(args) if all(f[2:].replace("-", "_") in args for f in _SCHEDULE_FLAGS) else None
     return out
 
 
@@ -197,7 +253,36 @@ def _differences(saved: Mapping[str, Any], planned: Mapping[str, Any]) -> dict[s
                 stated.append(dict(entry, why=f"padding to a multiple of {pad} at another tp"))
             else:
                 fatal.append(dict(entry, why="another vocabulary"))
-    return {"fatal": fatal, "stated": stated}
+    old_schedule, new_schedule = saved.get("schedule"), planned.get("schedule")
+    schedule_changes = [
+        {"arg": key, "saved": old_schedule[key], "planned": new_schedule[key]}
+        for key in old_schedule or {}
+        if new_schedule and old_schedule[key] != new_schedule.get(key)
+    ]
+    return {"fatal": fatal, "stated": stated, "schedule": schedule_changes}
+
+
+def schedule_verdict(changes: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], iteration: int) -> tuple[str, str]:
+    """``(refusal, line)`` for a resume whose learning-rate schedule differs from the save's (``changes`` from
+    :func:`saved_args_differences`): refused unless ``training.lr_schedule_on_resume`` chose, a stated line when
+    it did; both empty when nothing differs."""
+    if not changes:
+        return "", ""
+    what = "; ".join(difference_text(e) for e in changes)
+    choice = planned_values(plan)["schedule_on_resume"]
+    line = f"checkpoint   the learning-rate schedule differs from iteration {iteration}'s save ({what}): "
+    if choice == "checkpoint":
+        return "", line + "the save's is kept (lr_schedule_on_resume=checkpoint)"
+    if choice == "override":
+        return "", line + "this run's applies from the resumed iteration on (lr_schedule_on_resume=override)"
+    return (
+        f"the learning-rate schedule differs from the one iteration {iteration}'s save was trained with ({what}; "
+        "Megatron's scheduler refuses to load it). Nothing was started or changed. Resume with the options it was "
+        "trained with (train_iters, the global batch and the training schedule of the run that saved it), or "
+        'choose: -e \'{"training": {"lr_schedule_on_resume": "checkpoint"}}\' keeps the saved schedule '
+        "(to extend a run's train_iters, its decay stays where it was), \"override\" takes this run's schedule from "
+        "the resumed iteration on; or -e fresh=true starts anew"
+    ), ""
 
 
 def _read_json(path: str) -> Any:
@@ -250,14 +335,18 @@ def earlier_run_refusal(runs_dir: str, plan: Mapping[str, Any], fresh: bool) -> 
         if old.get("vocab_source") != plan.get("vocab_source"):
             # train.yml's first plan has not read the dataset's manifest yet: the vocabulary is compared on the master
             saved.pop("padded_vocab_size"), planned.pop("padded_vocab_size")
-        fatal = _differences(saved, planned)["fatal"]
+        found = _differences(saved, planned)
+        fatal, directory = found["fatal"], plan["checkpoint_dir"]
+        record = f"run {plan['exp_name']}/{run_id}, recorded on this controller in {os.path.join(exp_dir, run_id)}"
         if not fatal:
-            return ""
-        directory = plan["checkpoint_dir"]
+            refusal = schedule_verdict(found["schedule"], plan, max(verified))[0]
+            return (
+                f"train.yml: the checkpoint directory {directory} ({record}): {refusal}; no node was contacted."
+                * bool(refusal)
+            )
         return (
-            f"train.yml: the checkpoint directory {directory} was written by another configuration (run "
-            f"{plan['exp_name']}/{run_id}, recorded on this controller in {os.path.join(exp_dir, run_id)}, verified "
-            f"iteration {max(verified)}'s save there): "
+            f"train.yml: the checkpoint directory {directory} was written by another configuration ({record}, "
+            f"verified iteration {max(verified)}'s save there): "
             + "; ".join(difference_text(e) for e in fatal)
             + f". Nothing was started or changed; no node was contacted. {the_fix(fatal, plan, directory)}."
         )
@@ -329,6 +418,8 @@ def check_directory(listing: Mapping[str, Any], plan: Mapping[str, Any], node: s
         f"checkpoint   iteration {newest['iteration']}'s save differs: {difference_text(e)} ({e['why']}; resumed)"
         for e in found["stated"]
     ]
+    schedule_refusal, schedule_line = schedule_verdict(found["schedule"], plan, newest["iteration"])
+    out["lines"] += [schedule_line] if schedule_line else []
     if found["fatal"] and legacy_of:
         out["refused"] = (
             f"{node}: {legacy_of} has no saves, and the old-style checkpoint directory {directory} (named before "
@@ -345,6 +436,8 @@ def check_directory(listing: Mapping[str, Any], plan: Mapping[str, Any], node: s
             + "; ".join(difference_text(e) for e in found["fatal"])
             + f". Nothing was started or changed. {the_fix(found['fatal'], plan, directory)}."
         )
+    elif schedule_refusal:
+        out["refused"] = f"{node}: the checkpoint directory {directory}: {schedule_refusal}."
     elif legacy_of:
         out["adopt"] = {"from": directory, "to": legacy_of}
         out["lines"].append(

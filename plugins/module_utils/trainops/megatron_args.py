@@ -59,7 +59,21 @@ class TrainingConfig:
     bias_fusions: bool = True
     #: False: --no-masked-softmax-fusion (the vendor's script; Transformer Engine's attention does not use it).
     masked_softmax_fusion: bool = True
+    #: What a resume does when the learning-rate schedule differs from the one the save was trained with (another
+    #: train_iters, global batch, warm-up, lr, min_lr or decay style; Megatron's scheduler asserts on load):
+    #: "refuse" before the launch (the default), "checkpoint" keeps the saved schedule
+    #: (--use-checkpoint-opt_param-scheduler), "override" takes this run's from the resumed iteration on
+    #: (--override-opt_param-scheduler). Rendered on every launch (a fresh start loads no schedule).
+    lr_schedule_on_resume: str = "refuse"
 
+
+#: The Megatron flag each lr_schedule_on_resume renders ("refuse" renders none: Megatron then asserts, and the
+#: bundle refuses such a resume before the launch: trainops.identity).
+SCHEDULE_ON_RESUME_FLAGS = {
+    "refuse": [],
+    "checkpoint": ["--use-checkpoint-opt_param-scheduler"],
+    "override": ["--override-opt_param-scheduler"],
+}
 
 #: ``data_path`` value that trains on Megatron's mock dataset (--mock-data) with its NullTokenizer: no dataset
 #: and no tokenizer file needed (a card check, a launch rehearsal).
@@ -217,6 +231,7 @@ def build_megatron_args(
         "--clip-grad",
         _num(t.clip_grad),
     ]
+    args += SCHEDULE_ON_RESUME_FLAGS.get(t.lr_schedule_on_resume, [])
 
     if not t.fused_kernels:
         # each of these fusions needs Apex, Transformer Engine or Megatron's compiled kernels
@@ -375,6 +390,11 @@ def check_training(training: TrainingConfig, train_iters: int) -> list[str]:
     """Problems Megatron would raise at start-up (its argument checks, its LR scheduler), or a vector it would
     accept but cannot run (core 0.14's ``training.py``), each with the option, the value and the fix."""
     problems = []
+    if training.lr_schedule_on_resume not in SCHEDULE_ON_RESUME_FLAGS:
+        problems.append(
+            f"training.lr_schedule_on_resume={training.lr_schedule_on_resume!r} must be one of "
+            + ", ".join(SCHEDULE_ON_RESUME_FLAGS)
+        )
     if split_parts(training.split) is None:
         problems.append(
             f"training.split={training.split!r} is not Megatron's --split: give one to three non-negative "
