@@ -155,3 +155,24 @@ def test_a_tokenizer_with_its_own_vocabulary_sets_the_padded_vocabulary_not_the_
     tiktoken["tokenizer"]["type"] = "TikTokenizer"
     by_preset = plan(layout={"tp": "1", "pp": "1", "seq_length": "128"}, manifest=tiktoken, **tiny)
     assert by_preset["padded_vocab_size"] == 4096
+
+
+def test_the_plan_gives_the_figures_an_operator_plans_with():
+    """Issue 38 point 9: the parameter count, the run's tokens, the learning-rate schedule, one save's size and all
+    saves', and the duration by the cost model (said to be unknown, not a number, when the card has no stated peak)."""
+    cuda = [dict(h, accelerator="cuda", accelerator_card="H100") for h in HOSTS]
+    p = plan(layout={"tp": "1", "pp": "2"}, hosts=cuda)
+    text = "\n".join(p["summary"])
+    assert 8.0e9 < p["parameters"] < 8.1e9 and "model        8.03 B parameters (llama3-8b)" in text
+    assert p["tokens_total"] == 100000 * 1024 * 4096 and "100,000 iterations = 419.43 B tokens" in text
+    assert "lr 1.5e-05 to 1.5e-06 (cosine), warm-up 2,000 iterations" in text
+    assert p["saves"] == {"interval": 1000, "count": 100, "bytes_each": p["checkpoint_bytes"]}
+    assert "every 1,000 iterations: 100 saves" in text and "-e keep_checkpoints=N keeps the newest N" in text
+    days = p["duration"]["seconds"] / 86400
+    assert p["duration"]["assumed"] == "" and f"duration     about {days:,.1f} days" in text
+    # the S5000 has no stated FP8 peak: the duration is not known, and the line says how to give the peak
+    assert "duration     not known: S5000 has no stated fp8 peak (-e accelerator_peak_tflops=N" in "\n".join(
+        plan(layout={"tp": "1", "pp": "2"})["summary"]
+    )
+    no_saves = plan(layout={"tp": "1", "pp": "2"}, hosts=cuda, training={"save_interval": 0})
+    assert "saves        none (save_interval 0" in "\n".join(no_saves["summary"])

@@ -35,13 +35,15 @@ from .megatron_args import (
     check_samples,
     check_training,
     evaluation,
+    warmup_iters,
+    warmup_samples,
 )
-from .memory import GIB, checkpoint_bytes, megatron_theoretical
+from .memory import GIB, checkpoint_bytes, megatron_theoretical, parameter_counts
 from .model import ModelSpec, model_from_dict
 from .options import OptionError, convert
 from .plan_request import DEFAULT_HEADROOM, FLOPS_CONVENTIONS, PlanRequest, coerce
 from .recipe import apply_recipe
-from .recommend import describe, recommend
+from .recommend import describe, estimate, recommend
 from .tokenizer import TYPES as TOKENIZER_TYPES
 from .tokenizer import TokenizerFormatError, megatron_tokenizer
 
@@ -327,6 +329,43 @@ def _does_not_fit(
     )
 
 
+def _operator_figures(checked: _Checked, headroom: float | None) -> dict[str, Any]:
+    """What an operator plans with: the parameter count, the tokens of the whole run, the learning-rate schedule,
+    the saves' sizes, and the run's duration by the cost model (``recommend.estimate``; relative when the card has no
+    stated peak, which ``duration.assumed`` says)."""
+    spec, lay, t = checked.model, checked.layout, checked.training
+    iters = lay.request.train_iters
+    warm = (
+        f"{warmup_samples(t, lay.global_batch_size):,} samples"
+        if t.train_samples
+        else f"{warmup_iters(t, iters):,} iterations"
+    )
+    one_save = int(checkpoint_bytes(spec, lay.padded_vocab, lay.request.precision))
+    timed = estimate(spec, checked.cluster, lay, headroom if headroom is not None else DEFAULT_HEADROOM)
+    _, assumed = checked.cluster.cost_model_tflops(lay.request.precision)
+    return {
+        "parameters": int(parameter_counts(spec, lay.padded_vocab)["total"]),
+        "tokens_total": iters * lay.global_batch_size * lay.seq_length,
+        "lr_schedule": {
+            "lr": t.lr,
+            "min_lr": t.min_lr,
+            "decay_style": t.lr_decay_style,
+            "warmup": warm,
+            "on_resume": t.lr_schedule_on_resume,
+        },
+        "saves": {
+            "interval": t.save_interval,
+            "count": iters // t.save_interval if t.save_interval else 0,
+            "bytes_each": one_save,
+        },
+        "duration": {
+            "iteration_s": round(timed.iteration_s, 3),
+            "seconds": round(timed.iteration_s * iters),
+            "assumed": assumed or "",
+        },
+    }
+
+
 def _plan_mapping(
     r: PlanRequest, checked: _Checked, tokenizer: tuple[str, str, str], memory: dict[str, Any]
 ) -> dict[str, Any]:
@@ -390,6 +429,7 @@ def _plan_mapping(
         "flops_convention": "causal (Megatron core >= 0.12); the full-attention count is given beside it",
         "flops_per_token": flops_per_token(spec, lay.seq_length, lay.padded_vocab),
         "tokens_per_iteration": lay.global_batch_size * lay.seq_length,
+        **_operator_figures(checked, r.memory_headroom_fraction),
         "exp_name": exp,
         "run_id": r.run_id,
         "run_dir": run_dir,
@@ -549,6 +589,48 @@ def _attention_text(memory: Mapping[str, Any]) -> str:
     return text.get(kind, "-")
 
 
+def _size(n_bytes: float) -> str:
+    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:,.1f} {unit}"
+    return f"{n_bytes / 1024:,.1f} KiB"
+
+
+def _count(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f}"
+
+
+def _operator_lines(plan: Mapping[str, Any]) -> list[str]:
+    """The plan's figures an operator plans with (:func:`_operator_figures`); nothing for a plan made before them."""
+    if "parameters" not in plan:
+        return []
+    sched, saves, took = plan["lr_schedule"], plan["saves"], plan["duration"]
+    days = took["seconds"] / 86400
+    keeps = (
+        f"one save {_size(saves['bytes_each'])} (weights and optimizer state) every {saves['interval']:,} "
+        f"iterations: {saves['count']:,} saves, {_size(saves['count'] * saves['bytes_each'])} if all are kept "
+        f"(-e keep_checkpoints=N keeps the newest N: N x {_size(saves['bytes_each'])})"
+        if saves["interval"]
+        else "none (save_interval 0: no checkpoint, no resume)"
+    )
+    duration = (
+        f"not known: {plan['card']} has no stated {plan['precision']} peak (-e accelerator_peak_tflops=N gives it); "
+        f"at the cost model's reference peak, {days:,.1f} days"
+        if took["assumed"]
+        else f"about {days:,.1f} days ({took['iteration_s']:g} s/iteration by the cost model)"
+    )
+    return [
+        f"model        {_count(plan['parameters'])} parameters ({plan['model']})",
+        f"training     {plan['train_iters']:,} iterations = {_count(plan['tokens_total'])} tokens; "
+        f"lr {sched['lr']:g} to {sched['min_lr']:g} ({sched['decay_style']}), warm-up {sched['warmup']}",
+        f"saves        {keeps}",
+        f"duration     {duration}",
+    ]
+
+
 def summary_lines(plan: Mapping[str, Any]) -> list[str]:
     """The readable plan summary printed by plan.yml and train.yml."""
     mem = plan["memory_gib"]
@@ -566,6 +648,7 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         f"memory       {mem['total']:.1f} GiB per card on stage {mem['most_loaded_stage']} "
         f"(weights+optimizer {mem['weights_and_optimizer']:.1f} + activations {mem['activations']:.1f}) "
         f"of {mem['card']:g} GiB, limit {mem['limit']:.1f}: {'fits' if mem['fits'] else 'DOES NOT FIT'}",
+        *_operator_lines(plan),
         f"compute      {plan['flops_per_iteration'] / 1e15:.2f} PFLOP/iteration (causal; "
         f"{plan['flops_per_iteration_full_attention'] / 1e15:.2f} full-attention), "
         f"{plan['tokens_per_iteration']:,} tokens/iteration",
