@@ -76,7 +76,7 @@ def test_the_default_launch_trains_megatron_on_real_data_through_evaluations_sav
     assert refused.returncode != 0, refused.stdout[-4000:]
     text = " ".join(refused.stdout.split())
     assert "the learning-rate schedule differs from the one iteration 8's save was trained with" in text, text[-3000:]
-    assert "lr_decay_samples: saved 64, planned 96" in text and "no node was contacted" in text
+    assert "lr_decay_steps: saved 64, planned 96" in text and "no node was contacted" in text
     assert "TASK [Connect over SSH]" not in refused.stdout
     # with the schedule chosen (the save's kept), it resumes from the verified save (the saved arguments match the
     # plan, the vocabulary included; the master compares the schedule as Megatron recorded it) and trains on
@@ -85,7 +85,7 @@ def test_the_default_launch_trains_megatron_on_real_data_through_evaluations_sav
     resumed = playbook("train.yml", *longer, "-e", keep)
     assert resumed.returncode == 0, resumed.stdout[-6000:]
     assert "resume       from iteration 8 in" in resumed.stdout, resumed.stdout[-6000:]
-    kept = r"checkpoint   the learning-rate schedule differs from iteration 8's save \(.*lr_decay_samples: saved 64, "
+    kept = r"checkpoint   the learning-rate schedule differs from iteration 8's save \(.*lr_decay_steps: saved 64, "
     assert re.search(kept + r"planned 96.*\): the save's is kept", resumed.stdout), resumed.stdout[-6000:]
     run_dir = latest_run(EXP)
     summary = json.loads((run_dir / "summary.json").read_text())

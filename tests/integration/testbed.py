@@ -91,9 +91,11 @@ def in_container(node: str, command: str, container: str = "train", check: bool 
 
 
 def clean_experiment(exp: str) -> None:
-    """No run or checkpoint of ``exp`` left in the containers from an earlier test (the log globs would find it)."""
+    """No run or checkpoint of ``exp`` left in the containers from an earlier test (the log globs would find it), and
+    no record of one on the controller (train.yml compares a resume with the records of the runs that saved)."""
     for node in ("node1", "node2"):
         in_container(node, f"rm -rf /data/mtt-train-ops/runs/{exp} /data/mtt-train-ops/checkpoints/{exp}")
+    shutil.rmtree(ROOT / "runs" / exp, ignore_errors=True)
 
 
 def no_rank_left() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -173,9 +174,9 @@ def test_keys_an_older_megatron_did_not_record_are_not_compared():
         "stated": [],
         "schedule": [],
     }
-    # a save without the scheduler's arguments (an older Megatron): its schedule is not compared
-    no_schedule = {k: v for k, v in SAVED.items() if k != "lr_warmup_fraction"}
-    assert saved_args_differences(no_schedule, plan(train_iters=40))["schedule"] == []
+    # a save without the scheduler's state (an older Megatron, no optimizer saved): its schedule is not compared
+    assert saved_args_differences(SAVED, plan(train_iters=40))["schedule"] == []
+    assert saved_args_differences(SAVED, plan(train_iters=40), {"max_lr": 1.5e-05})["schedule"] == []
 
 
 def test_the_newest_save_with_arguments_is_compared_and_none_means_no_comparison():
@@ -257,6 +258,8 @@ def _record(runs: Path, earlier: dict, run_id: str, verdicts=("verified",), mtim
     (where / "plan" / "plan.json").write_text(json.dumps(dict(earlier, run_id=run_id)))
     saves = [{"iteration": 10 * (i + 1), "verdict": v} for i, v in enumerate(verdicts)]
     (where / "checkpoints.json").write_text(json.dumps({"saves": saves}))
+    saved = [{"iteration": s["iteration"]} for s in saves]
+    (where / "summary.json").write_text(json.dumps({"checkpoints": {"saved": saved, "loaded": []}}))
     os.utime(where / "plan" / "plan.json", (mtime, mtime))
     return where
 
@@ -300,6 +303,16 @@ def test_a_newer_run_that_moved_the_directory_aside_or_damaged_records_end_no_ru
     runs = tmp_path / "runs"
     _record(runs, plan(), "old", ("verified",), mtime=1000)
     wanted = plan(seq_length=256)
+    # a newer run whose ledger judged the old run's saves but which saved none itself (it failed at load) is passed
+    # over: the old run wrote them
+    failed = _record(runs, plan(seq_length=256), "failed-at-load", ("verified",), mtime=1500)
+    (failed / "summary.json").write_text(json.dumps({"checkpoints": {"saved": [], "loaded": []}}))
+    assert "run megatron-tp1pp2/old" in earlier_run_refusal(str(runs), wanted, fresh=False)
+    # a run that kept an earlier save's schedule (lr_schedule_on_resume=checkpoint) leaves the schedule to the master
+    kept = dict(plan(train_iters=40), megatron_args=[*plan()["megatron_args"], "--use-checkpoint-opt_param-scheduler"])
+    kept_dir = _record(runs, kept, "kept", ("verified",), mtime=1700)
+    assert earlier_run_refusal(str(runs), plan(train_iters=50), fresh=False) == ""
+    shutil.rmtree(kept_dir)
     # a newer run without a verified save is passed over; the older one that saved still refuses
     newer = _record(runs, plan(), "newer", ("bad",), mtime=2000)
     assert "run megatron-tp1pp2/old" in earlier_run_refusal(str(runs), wanted, fresh=False)
@@ -311,29 +324,45 @@ def test_a_newer_run_that_moved_the_directory_aside_or_damaged_records_end_no_ru
     assert earlier_run_refusal(str(runs), wanted, fresh=False) == ""
 
 
+#: The learning-rate scheduler's state Megatron core 0.14 saves with the tp1 pp2 dp2 run's iteration 15
+#: (``opt_param_scheduler`` in common.pt, OptimizerParamScheduler.state_dict): gbs 8, train_iters 30,
+#: --lr-warmup-iters 3 (a tenth), the decay over all 30 iterations, in samples.
+SCHEDULER = {
+    "max_lr": 1.5e-05, "lr_warmup_steps": 24, "num_steps": 120, "lr_decay_style": "cosine", "lr_decay_steps": 240,
+    "min_lr": 1.5e-06, "start_wd": 0.1, "end_wd": 0.1, "wd_incr_style": "constant", "wd_incr_steps": 240,
+}  # fmt: skip
+
+
 def test_another_learning_rate_schedule_is_refused_before_megatron_asserts_on_load_unless_chosen():
     """Megatron's OptimizerParamScheduler asserts on load that the warm-up, decay and weight-decay steps (in samples),
     the rates and the decay style equal the save's (core 0.14): a resume with another train_iters (the warm-up is a
-    tenth of it, the decay and weight-decay steps all of it) died at load. It is refused before the launch, naming
-    each value, unless training.lr_schedule_on_resume chooses (then the Megatron flag is rendered and a line says)."""
+    tenth of it, the decay and weight-decay steps all of it) died at load. Compared with the scheduler's state the
+    save holds, it is refused before the launch, naming each value, unless training.lr_schedule_on_resume chooses
+    (then the Megatron flag is rendered and a line says)."""
     from trainops.identity import schedule_verdict
 
+    assert saved_args_differences(SAVED, plan(), SCHEDULER)["schedule"] == []
     longer = plan(train_iters=40)
-    found = saved_args_differences(SAVED, longer)
+    found = saved_args_differences(SAVED, longer, SCHEDULER)
     assert found["fatal"] == [] and {e["arg"]: (e["saved"], e["planned"]) for e in found["schedule"]} == {
-        "lr_warmup_samples": (24, 32),
-        "lr_decay_samples": (240, 320),
-        "weight_decay_samples": (240, 320),
+        "lr_warmup_steps": (24, 32),
+        "lr_decay_steps": (240, 320),
+        "wd_incr_steps": (240, 320),
     }
-    result = check_directory(listing(), longer, "node1")
+    scanned = listing()
+    scanned["saves"][-1]["scheduler"] = SCHEDULER
+    result = check_directory(scanned, longer, "node1")
     assert result["refused"].startswith(f"node1: the checkpoint directory {CKPT}: the learning-rate schedule differs")
-    assert "lr_decay_samples: saved 240, planned 320" in result["refused"]
+    assert "lr_decay_steps: saved 240, planned 320" in result["refused"]
     assert (
         "Megatron's scheduler refuses to load it" in result["refused"] and "lr_schedule_on_resume" in result["refused"]
     )
-    # the same schedule with another layout (tp/pp re-shard; the global batch kept) is not a difference
-    assert saved_args_differences(SAVED, plan(tp=2, pp=1))["schedule"] == []
-    assert saved_args_differences(SAVED, plan(gbs=16))["schedule"]  # the steps are samples: gbs counts
+    # the same schedule with another layout (tp/pp re-shard; the global batch kept) is not a difference; the steps
+    # are samples, so another global batch is; older names of the state are read as Megatron reads them
+    assert saved_args_differences(SAVED, plan(tp=2, pp=1), SCHEDULER)["schedule"] == []
+    assert saved_args_differences(SAVED, plan(gbs=16), SCHEDULER)["schedule"]
+    old_names = {"start_lr": 1.5e-05, "warmup_iter": 24, "end_iter": 240, "decay_style": "cosine", "min_lr": 1.5e-06}
+    assert saved_args_differences(SAVED, plan(), old_names)["schedule"] == []
     for choice, flag, said in (
         ("checkpoint", "--use-checkpoint-opt_param-scheduler", "the save's is kept"),
         ("override", "--override-opt_param-scheduler", "this run's applies from the resumed iteration on"),
@@ -342,7 +371,7 @@ def test_another_learning_rate_schedule_is_refused_before_megatron_asserts_on_lo
                            exp_name="megatron-tp1pp2", data_path="mock", work_home="/data/mtt-train-ops",
                            training={"lr_schedule_on_resume": choice})  # fmt: skip
         assert flag in chosen["megatron_args"]
-        result = check_directory(listing(), chosen, "node1")
+        result = check_directory(scanned, chosen, "node1")
         assert result["refused"] == "" and any(said in line for line in result["lines"]), result
     assert schedule_verdict([], longer, 30) == ("", "")
     with pytest.raises(Exception, match="lr_schedule_on_resume='later' must be one of refuse, checkpoint, override"):

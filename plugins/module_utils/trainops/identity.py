@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .checkpoints import LEDGER_FILE as LEDGER
 from .layout import Layout
 from .model import ModelSpec
 
@@ -140,10 +141,15 @@ def _float(value: Any) -> float | None:
         return None
 
 
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
 def schedule(a: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What Megatron's scheduler compares on load (``OptimizerParamScheduler.load_state_dict``, core 0.14), from
-    arguments under Megatron's names (Megatron's defaults for those left out): the learning rates, the decay style,
-    and the warm-up, decay and weight-decay steps in samples. None when the arguments do not say (an older save)."""
+    """The state Megatron's scheduler is built with (``training.get_optimizer_param_scheduler``, core 0.14) from
+    arguments under Megatron's names, Megatron's defaults for those left out, under the names of the state it saves
+    and compares on load (``OptimizerParamScheduler.state_dict``): the rates, the decay style, and the warm-up, decay
+    and weight-decay steps in samples. None when the arguments do not say."""
     gbs, train_samples = _int(a.get("global_batch_size")), _int(a.get("train_samples"))
     train_iters, fraction = _int(a.get("train_iters")), _float(a.get("lr_warmup_fraction"))
     if train_samples:
@@ -154,23 +160,51 @@ def schedule(a: Mapping[str, Any]) -> dict[str, Any] | None:
         warm = (_int(a.get("lr_warmup_iters")) or 0) * gbs
     else:
         return None
-    if _float(a.get("lr")) is None:
+    lr, weight_decay = _float(a.get("lr")), _float(a.get("weight_decay"))
+    if lr is None:
         return None
-    weight_decay = _float(a.get("weight_decay"))
+    weight_decay = 0.01 if weight_decay is None else weight_decay
     start_wd, end_wd = _float(a.get("start_weight_decay")), _float(a.get("end_weight_decay"))
     return {
-        "lr": _float(a.get("lr")),
+        "max_lr": lr,
         "min_lr": _float(a.get("min_lr")) or 0.0,
         "lr_decay_style": a.get("lr_decay_style") or "linear",
-        "lr_warmup_samples": fraction * decay if fraction is not None else warm,
-        "lr_decay_samples": decay,
-        "weight_decay_samples": wd_steps,
-        "weight_decay": [
-            start_wd if start_wd is not None else weight_decay if weight_decay is not None else 0.01,
-            end_wd if end_wd is not None else weight_decay if weight_decay is not None else 0.01,
-            a.get("weight_decay_incr_style") or "constant",
-        ],
+        "lr_warmup_steps": _number(fraction * decay if fraction is not None else warm),
+        "lr_decay_steps": decay,
+        "start_wd": weight_decay if start_wd is None else start_wd,
+        "end_wd": weight_decay if end_wd is None else end_wd,
+        "wd_incr_steps": wd_steps,
+        "wd_incr_style": a.get("weight_decay_incr_style") or "constant",
     }
+
+
+#: The names older Megatrons saved the scheduler's state under (core 0.14's load_state_dict reads them too).
+_OLD_SCHEDULER_NAMES = {
+    "max_lr": ("start_lr",),
+    "lr_warmup_steps": ("warmup_iter", "warmup_steps"),
+    "lr_decay_steps": ("end_iter", "decay_steps"),
+    "lr_decay_style": ("decay_style",),
+}
+
+
+def saved_schedule(state: Any) -> dict[str, Any] | None:
+    """The scheduler's state a save holds (``opt_param_scheduler`` in ``common.pt``, read on the node by
+    ``checkpoint_scan.py scan --args``) under :func:`schedule`'s names; None when it is not there or incomplete.
+    This, not the save's arguments, is what Megatron compares: a run resumed with lr_schedule_on_resume=checkpoint
+    saves the schedule it loaded, not the one its arguments describe."""
+    if not isinstance(state, Mapping):
+        return None
+    out: dict[str, Any] = {}
+    for key in ("max_lr", "min_lr", "lr_decay_style", "lr_warmup_steps", "lr_decay_steps", "start_wd", "end_wd",
+                "wd_incr_steps", "wd_incr_style"):  # fmt: skip
+        found = next((state[k] for k in (key, *_OLD_SCHEDULER_NAMES.get(key, ())) if k in state), None)
+        if found is None and key not in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style"):
+            return None
+        out[key] = _number(found) if isinstance(found, (int, float)) and not isinstance(found, bool) else found
+    if out["wd_incr_steps"] is None:  # a save from before the weight-decay schedule: not compared
+        for key in ("start_wd", "end_wd", "wd_incr_steps", "wd_incr_style"):
+            out.pop(key)
+    return out
 
 
 def _precision(bf16: Any, fp16: Any, fp8: Any) -> str:
@@ -192,8 +226,6 @@ def saved_values(args: Mapping[str, Any]) -> dict[str, Any]:
         out["precision"] = _precision(args.get("bf16"), args.get("fp16"), args.get("fp8"))
     out["tensor_model_parallel_size"] = _int(args.get("tensor_model_parallel_size")) or 1
     out["make_vocab_size_divisible_by"] = _int(args.get("make_vocab_size_divisible_by")) or 128
-    # a key Megatron's Namespace always holds (None when unset) that is missing: a save of an older Megatron
-    out["schedule"] = schedule(args) if all(f[2:].replace("-", "_") in args for f in _SCHEDULE_FLAGS) else None
     return out
 
 
@@ -218,12 +250,14 @@ FATAL = (
 OPTION = {"seq_length": "seq_length", "precision": "precision"}
 
 
-def saved_args_differences(args: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def saved_args_differences(
+    args: Mapping[str, Any], plan: Mapping[str, Any], scheduler: Any = None
+) -> dict[str, list[dict[str, Any]]]:
     """``{"fatal": [...], "stated": [...]}``, each ``{"arg", "saved", "planned", "why"}``, between the arguments a
     save holds and the plan's launch. Keys either side lacks are not compared. The padded vocabulary differs with
     tp by design (Megatron pads to a multiple of ``make_vocab_size_divisible_by`` x tp and reshapes the embedding
     on load): within that padding it is stated, beyond it the vocabulary is another tokenizer's (fatal)."""
-    return _differences(saved_values(args), planned_values(plan))
+    return _differences(dict(saved_values(args), schedule=saved_schedule(scheduler)), planned_values(plan))
 
 
 def _differences(saved: Mapping[str, Any], planned: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -257,7 +291,7 @@ def _differences(saved: Mapping[str, Any], planned: Mapping[str, Any]) -> dict[s
     schedule_changes = [
         {"arg": key, "saved": old_schedule[key], "planned": new_schedule[key]}
         for key in old_schedule or {}
-        if new_schedule and old_schedule[key] != new_schedule.get(key)
+        if new_schedule and key in new_schedule and old_schedule[key] != new_schedule[key]
     ]
     return {"fatal": fatal, "stated": stated, "schedule": schedule_changes}
 
@@ -293,13 +327,27 @@ def _read_json(path: str) -> Any:
         return None
 
 
+def _own_verified_saves(run_dir: str) -> list[int]:
+    """The iterations a run saved itself (its summary's ``checkpoints.saved``, from Megatron's log) that its ledger
+    (``checkpoints.json``) verified; a run's ledger also judges the saves of the runs before it."""
+    summary, ledger = _read_json(os.path.join(run_dir, "summary.json")), _read_json(os.path.join(run_dir, LEDGER))
+    saved = ((summary or {}).get("checkpoints") or {}).get("saved") if isinstance(summary, dict) else None
+    own = {s.get("iteration") for s in saved or [] if isinstance(s, Mapping)}
+    judged = ledger.get("saves") if isinstance(ledger, dict) else None
+    return sorted(
+        s["iteration"]
+        for s in judged or []
+        if isinstance(s, Mapping) and s.get("verdict") == "verified" and s.get("iteration") in own
+    )
+
+
 def earlier_run_refusal(runs_dir: str, plan: Mapping[str, Any], fresh: bool) -> str:
     """The refusal (``""`` when none) of a resume into a checkpoint directory that, by this controller's own records,
     another configuration wrote: before any node is contacted. The node-side check (:func:`check_directory`, on the
-    arguments Megatron saved) stays the authority; this one reads ``runs/<exp>/<run_id>/plan/plan.json`` and the
-    run's ledger (``checkpoints.json``) of the earlier runs of the same experiment, on the same checkpoint
-    directory and at least one of the same node addresses, newest first. The newest that left a verified save is
-    compared, as a save's arguments are (the padded vocabulary only when both plans took it from the same source:
+    arguments Megatron saved) stays the authority; this one reads ``runs/<exp>/<run_id>/plan/plan.json``, the
+    summary and the ledger of the earlier runs of the same experiment, on the same checkpoint directory and at least
+    one of the same node addresses, newest first. The newest that wrote a save it verified is compared, as a save's
+    arguments are (the padded vocabulary only when both plans took it from the same source:
     train.yml's first plan has not read the dataset's manifest yet); a newer one that moved the directory aside
     (``fresh=true``) and saved nothing verified ends the search. Unreadable records are skipped (the node-side
     check still runs)."""
@@ -318,9 +366,7 @@ def earlier_run_refusal(runs_dir: str, plan: Mapping[str, Any], fresh: bool) -> 
         }:
             earlier.append((os.path.getmtime(path), run_id, old))
     for _, run_id, old in sorted(earlier, key=lambda e: e[0], reverse=True):
-        ledger = _read_json(os.path.join(exp_dir, run_id, "checkpoints.json"))
-        saves = ledger.get("saves") if isinstance(ledger, dict) else None
-        verified = [s["iteration"] for s in saves or [] if isinstance(s, Mapping) and s.get("verdict") == "verified"]
+        verified = _own_verified_saves(os.path.join(exp_dir, run_id))
         if not verified:
             if old.get("checkpoint_dir_before"):
                 return ""
@@ -332,6 +378,9 @@ def earlier_run_refusal(runs_dir: str, plan: Mapping[str, Any], fresh: bool) -> 
             planned_values(old), make_vocab_size_divisible_by=_int(flags.get("--make-vocab-size-divisible-by")) or 128
         )
         planned = planned_values(plan)
+        if saved["schedule_on_resume"] == "checkpoint":
+            # that run kept an earlier save's schedule: only the master's read of the saved one can tell it
+            saved["schedule"] = None
         if old.get("vocab_source") != plan.get("vocab_source"):
             # train.yml's first plan has not read the dataset's manifest yet: the vocabulary is compared on the master
             saved.pop("padded_vocab_size"), planned.pop("padded_vocab_size")
@@ -413,7 +462,7 @@ def check_directory(listing: Mapping[str, Any], plan: Mapping[str, Any], node: s
         return out
     newest = with_args[-1]
     out["compared"] = newest["iteration"]
-    found = saved_args_differences(newest["args"], plan)
+    found = saved_args_differences(newest["args"], plan, newest.get("scheduler"))
     out["lines"] = [
         f"checkpoint   iteration {newest['iteration']}'s save differs: {difference_text(e)} ({e['why']}; resumed)"
         for e in found["stated"]

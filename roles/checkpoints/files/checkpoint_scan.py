@@ -110,7 +110,9 @@ def _plain(value, depth=0):
 
 
 def saved_args(path):
-    """The ``args`` Megatron recorded in a save's ``common.pt`` (torch.save's zip: only its ``data.pkl`` is read)."""
+    """The ``args`` Megatron recorded in a save's ``common.pt`` (torch.save's zip: only its ``data.pkl`` is read),
+    and the learning-rate scheduler's state (``opt_param_scheduler``, what Megatron compares on load; None when the
+    save has none)."""
     with zipfile.ZipFile(path) as archive:
         name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
         if name is None:
@@ -120,7 +122,11 @@ def saved_args(path):
     args = state.get("args") if isinstance(state, dict) else None
     if args is None:
         raise ValueError("no 'args' in the saved state")
-    return {key: _plain(value) for key, value in sorted(vars(args).items())}
+    scheduler = state.get("opt_param_scheduler")
+    return (
+        {key: _plain(value) for key, value in sorted(vars(args).items())},
+        _plain(scheduler) if isinstance(scheduler, dict) else None,
+    )
 
 
 def args_file(path, files):
@@ -186,7 +192,7 @@ def read_save(directory, name):
 
 
 def with_args(listing):
-    """The listing with the newest (fully read) save's ``args``, or its ``args_error``."""
+    """The listing with the newest (fully read) save's ``args`` (and ``scheduler``), or its ``args_error``."""
     for save in sorted(listing["saves"], key=lambda s: -s["iteration"]):
         if save.get("partial"):
             continue
@@ -195,7 +201,9 @@ def with_args(listing):
         if found is None:
             continue
         try:
-            save["args"] = saved_args(found)
+            save["args"], scheduler = saved_args(found)
+            if scheduler is not None:
+                save["scheduler"] = scheduler
         except Exception as exc:  # noqa: BLE001 - any unreadable file is a finding, named
             save["args_error"] = f"{os.path.relpath(found, path)}: {type(exc).__name__}: {exc}"[:300]
         break
