@@ -176,3 +176,18 @@ def test_the_plan_gives_the_figures_an_operator_plans_with():
     )
     no_saves = plan(layout={"tp": "1", "pp": "2"}, hosts=cuda, training={"save_interval": 0})
     assert "saves        none (save_interval 0" in "\n".join(no_saves["summary"])
+
+
+def test_layouts_that_do_not_fit_rank_by_how_close_they_come_to_fitting():
+    """Issue 38 point 8: under -e force=true the table showed first, by speed, a layout needing 2.5 x the card's
+    memory; the layouts that do not fit now follow those that do, by the memory they need."""
+    forced = plan(model=load_preset("llama3-70b"), layout={"tp": "1", "pp": "1"}, force=True, recommend=True)
+    rows = forced["recommendations"]
+    assert not any(r["fits"] for r in rows)
+    memory = [r["memory_gib"] for r in rows]
+    assert memory == sorted(memory), memory[:5]
+    fitting = plan(layout={"tp": "1", "pp": "2"}, recommend=True)["recommendations"]
+    split = [r["fits"] for r in fitting].index(False)
+    assert all(r["fits"] for r in fitting[:split]) and not any(r["fits"] for r in fitting[split:])
+    speeds = [r["tokens_per_s_per_card"] for r in fitting[:split]]
+    assert speeds == sorted(speeds, reverse=True)

@@ -159,7 +159,8 @@ def recommend(
     headroom_fraction: float = 0.1,
     vocab_size: int | None = None,
 ) -> list[Estimate]:
-    """All valid layouts, those that fit first, each group by tokens/s/card (best first). With ``recompute=auto``
+    """All valid layouts: those that fit first, by tokens/s/card (best first), then those that do not, by the memory
+    they need (closest to fitting first). With ``recompute=auto``
     (the default) each layout gets the least recomputation that fits, as the plan does
     (:func:`.layout.choose_recompute`), and is timed with it (full recompute costs a third more compute).
     ``vocab_size``: the tokenizer's vocabulary, as :func:`.layout.plan_layout` takes it."""
@@ -170,7 +171,8 @@ def recommend(
         except PlanError:
             continue
         results.append(estimate(model, cluster, layout, headroom_fraction))
-    results.sort(key=lambda e: (not e.fits, -e.tokens_per_s_per_card))
+    # those that fit by speed; those that do not by how close they come to fitting (-e force=true shows them)
+    results.sort(key=lambda e: (False, -e.tokens_per_s_per_card) if e.fits else (True, e.memory_gib))
     return results
 
 
