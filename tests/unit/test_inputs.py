@@ -307,3 +307,17 @@ def test_min_nodes_above_the_nodes_a_run_starts_on():
         "-e exclude_nodes / -e use_nodes: no such node in the inventory: node9"
         in (check(given(extra={"exclude_nodes": "node9"})).problems[0])
     )
+
+
+def test_a_wrong_backend_in_all_vars_is_named_once_with_the_name_it_meant():
+    """Issue 38 point 8: `accelerator: nvidia` under all.vars was reported three times (all.vars, then each host that
+    inherits it) with no hint; once now, with "did you mean cuda?". A host's own different value is still named."""
+    hostvars = {h: dict(v, accelerator="nvidia") for h, v in HOSTVARS.items()}
+    refused = check(given(hostvars=hostvars, inventory={"accelerator": "nvidia"}))
+    named = [p for p in refused.problems if "nvidia" in p]
+    assert named == ["inventory: accelerator='nvidia' must be one of cpu, cuda, musa; did you mean cuda?"], named
+    hostvars["node2"]["accelerator"] = "mthreads"
+    refused = check(given(hostvars=hostvars, inventory={"accelerator": "nvidia"}))
+    assert any(p.startswith("inventory node2: accelerator='mthreads'") and "did you mean musa?" in p
+               for p in refused.problems), refused.problems  # fmt: skip
+    assert not any(p.startswith("inventory node1:") for p in refused.problems), refused.problems

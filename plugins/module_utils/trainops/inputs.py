@@ -289,6 +289,8 @@ def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out
         for opt in readers:
             if opt.name not in hv or (opt.where == "cluster" and opt.name in given.extra_names) or opt.name in told:
                 continue
+            if opt.name in given.values and hv[opt.name] == given.values[opt.name]:
+                continue  # the all.vars value every host inherits: checked (and named) once, above
             try:
                 schema.convert(opt, hv[opt.name], f"inventory {host}", accelerators)
             except schema.OptionError as exc:

@@ -454,6 +454,18 @@ def label(option: Option, source: str = "-e") -> str:
     return f"-e {option.name}" if source == "-e" else f"{source}: {option.name}"
 
 
+#: What people call a backend, for "did you mean" (the vendor's name for the stack, the card's maker).
+_CHOICE_ALIASES = {"nvidia": "cuda", "gpu": "cuda", "nv": "cuda", "mthreads": "musa", "moore-threads": "musa",
+                   "moorethreads": "musa", "mtt": "musa", "mt": "musa", "s5000": "musa", "none": "cpu"}  # fmt: skip
+
+
+def _did_you_mean(text: str, choices: Sequence[str]) -> str:
+    """``"; did you mean cuda?"`` for a value near one of ``choices`` (or a known other name for it), else ``""``."""
+    alias = _CHOICE_ALIASES.get(text.strip().lower())
+    near = [alias] if alias in choices else difflib.get_close_matches(text.strip().lower(), list(choices), n=1)
+    return f"; did you mean {near[0]}?" if near else ""
+
+
 def convert(option: Option | str, value: Any, source: str = "-e", accelerators: Sequence[str] = ()) -> Any:
     """``value`` checked against ``option`` and converted to its type; :class:`OptionError` names the option as the
     user wrote it (``source``: ``-e`` or ``inventory <host>``), the value and the fix. ``none``/``null`` stands
@@ -509,7 +521,7 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
         text = str(value).lower() if opt.name == "slurm_gpus_per_node" and isinstance(value, bool) else str(value)
         if text not in choices:
             quote = f" (not {_type_words(value)})" if isinstance(value, bool) else ""
-            raise bad(f"must be one of {', '.join(choices)}{quote}")
+            raise bad(f"must be one of {', '.join(choices)}{quote}{_did_you_mean(text, choices)}")
         return text
     if kind in ("map", "env"):
         if not isinstance(value, Mapping):
