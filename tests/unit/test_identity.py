@@ -313,6 +313,11 @@ def test_a_newer_run_that_moved_the_directory_aside_or_damaged_records_end_no_ru
     kept_dir = _record(runs, kept, "kept", ("verified",), mtime=1700)
     assert earlier_run_refusal(str(runs), plan(train_iters=50), fresh=False) == ""
     shutil.rmtree(kept_dir)
+    # the smoke job has no Megatron scheduler: a longer smoke run resumes (a longer Megatron run would not)
+    smoke_runs = tmp_path / "smoke-runs"
+    _record(smoke_runs, dict(plan(), job="smoke"), "smoke-old")
+    assert earlier_run_refusal(str(smoke_runs), dict(plan(train_iters=50), job="smoke"), fresh=False) == ""
+    assert "schedule differs" in earlier_run_refusal(str(runs), plan(train_iters=50), fresh=False)
     # a newer run without a verified save is passed over; the older one that saved still refuses
     newer = _record(runs, plan(), "newer", ("bad",), mtime=2000)
     assert "run megatron-tp1pp2/old" in earlier_run_refusal(str(runs), wanted, fresh=False)

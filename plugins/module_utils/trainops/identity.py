@@ -378,8 +378,9 @@ def earlier_run_refusal(runs_dir: str, plan: Mapping[str, Any], fresh: bool) -> 
             planned_values(old), make_vocab_size_divisible_by=_int(flags.get("--make-vocab-size-divisible-by")) or 128
         )
         planned = planned_values(plan)
-        if saved["schedule_on_resume"] == "checkpoint":
-            # that run kept an earlier save's schedule: only the master's read of the saved one can tell it
+        if saved["schedule_on_resume"] == "checkpoint" or plan.get("job", "megatron") != "megatron":
+            # that run kept an earlier save's schedule: only the master's read of the saved one can tell it; the
+            # smoke job keeps no Megatron scheduler
             saved["schedule"] = None
         if old.get("vocab_source") != plan.get("vocab_source"):
             # train.yml's first plan has not read the dataset's manifest yet: the vocabulary is compared on the master
