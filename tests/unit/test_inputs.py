@@ -321,3 +321,14 @@ def test_a_wrong_backend_in_all_vars_is_named_once_with_the_name_it_meant():
     assert any(p.startswith("inventory node2: accelerator='mthreads'") and "did you mean musa?" in p
                for p in refused.problems), refused.problems  # fmt: skip
     assert not any(p.startswith("inventory node1:") for p in refused.problems), refused.problems
+
+
+def test_the_names_molecule_puts_in_its_inventory_are_not_the_bundles_options(tmp_path):
+    """molecule test runs the playbooks with its own generated inventory beside the testbed's, whose all.vars holds
+    molecule_file, molecule_yml, ...: they are Molecule's, like Ansible's own ansible_* names, never refused."""
+    (tmp_path / "ansible_inventory.yml").write_text(
+        "all:\n  vars:\n    molecule_file: /tmp/m/molecule.yml\n    molecule_no_log: false\n    hang_timout: 5\n"
+    )
+    verdict = check(given(inventory_sources={str(tmp_path / "ansible_inventory.yml"): True}))
+    assert [p for p in verdict.problems if "): molecule_" in p] == [], verdict.problems
+    assert any("hang_timout: no such option" in p for p in verdict.problems), verdict.problems

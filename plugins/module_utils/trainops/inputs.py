@@ -181,11 +181,16 @@ def _unknown(name: str, given: Inputs) -> str:
     )
 
 
+#: Prefixes of the names other tools put in an inventory, never the bundle's options: Ansible's own connection
+#: variables, and Molecule's (its generated inventory's all.vars: molecule_file, molecule_yml, ...).
+OTHER_TOOLS = ("ansible_", "molecule_")
+
+
 def _unknown_options(given: Inputs, extra: Written, out: Verdict) -> None:
     out.problems += extra.problems  # an -e that a space split
     lenient = _lenient(given)
     for name in given.extra_names:
-        if name.startswith("ansible_") or name in schema.SITE_SETTINGS:
+        if name.startswith(OTHER_TOOLS) or name in schema.SITE_SETTINGS:
             continue
         opt = schema.OPTIONS.get(name)
         if name == "_raw_params":  # Ansible's name for a word of an -e that is not name=value
@@ -209,7 +214,7 @@ def _as_written(given: Inputs, inventory: Written, extra: Written, out: Verdict)
     last = {setting.name: setting for setting in extra.settings}  # the -e that counts
     for setting in [*inventory.settings, *last.values()]:
         opt, name, where = schema.OPTIONS.get(setting.name), setting.name, _place(setting)
-        if setting.scope != "-e" and not name.startswith("ansible_") and name not in schema.SITE_SETTINGS:
+        if setting.scope != "-e" and not name.startswith(OTHER_TOOLS) and name not in schema.SITE_SETTINGS:
             ours = setting.scope in ("all", "group nodes") or setting.scope.removeprefix("host ") in nodes
             if opt is None and ours:
                 (out.warnings if lenient else out.problems).append(f"{where}: {_unknown(name, given)}")
