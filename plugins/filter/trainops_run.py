@@ -14,6 +14,7 @@ if _CORE not in sys.path:
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible.utils.display import Display  # noqa: E402
+from trainops import identity as identity_core  # noqa: E402
 from trainops import incidents as incidents_core  # noqa: E402
 from trainops import invocation as invocation_core  # noqa: E402
 from trainops import outcome as outcome_core  # noqa: E402
@@ -94,4 +95,6 @@ class FilterModule:
             "trainops_left_out": left_out,
             "trainops_incident_line": incidents_core.line,
             "trainops_report_run": report_run,
+            "trainops_new_run_id": identity_core.new_run_id,
+            "trainops_claim_run_dir": identity_core.claim_run_dir,
         }

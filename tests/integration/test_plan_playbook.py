@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,6 +85,24 @@ def test_a_new_plan_replaces_an_earlier_ones_files_and_writes_each_with_its_mode
     assert modes["hostfile"] == modes["plan.json"] == "0o644"
     assert modes["launch-node1.sh"] == modes["stop.sh"] == modes["diagnose.sh"] == "0o755"
     assert not list(out.glob("*.tmp"))
+
+
+def test_two_plans_started_together_get_two_runs_and_an_earlier_run_id_is_refused(tmp_path):
+    """A generated run id is unique even for plans started in the same second on one experiment, and a run id that
+    names an earlier run is refused on the controller, its plan left as it was (issue 38, point 3)."""
+    same = ("-e", "tp=1", "-e", "pp=2", "-e", "exp=same", "-e", f"runs_dir={tmp_path}")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: run_plan(*same), range(2)))
+    assert all(r.returncode == 0 for r in results), [r.stdout[-2000:] for r in results]
+    runs = sorted((tmp_path / "same").iterdir())
+    assert len(runs) == 2 and all(re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", r.name) for r in runs), runs
+    plans = [json.loads((r / "plan" / "plan.json").read_text()) for r in runs]
+    assert [p["run_id"] for p in plans] == [r.name for r in runs]
+    before = (runs[0] / "plan" / "plan.json").read_bytes()
+    again = run_plan(*same, "-e", f"run_id={runs[0].name}", "-e", "tp=2")
+    assert again.returncode != 0
+    assert f"plan.yml: run id {runs[0].name} names an earlier run of same on this controller" in again.stdout
+    assert (runs[0] / "plan" / "plan.json").read_bytes() == before
 
 
 def test_rendered_scripts_are_shellcheck_clean(runbook_plan):

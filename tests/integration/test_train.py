@@ -33,7 +33,7 @@ def _no_injection() -> None:
     assert not list(ROOT.rglob("mtt-injected*"))
 
 
-def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisioned):
+def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisioned, tmp_path):
     nasty = playbook("train.yml", *SMALL, "-e", json.dumps({"exp": NASTY}))
     assert nasty.returncode != 0 and "must be one directory name" in nasty.stdout
     assert not nodes_contacted(nasty.stdout)
@@ -61,8 +61,13 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
         assert (run_dir / node / "launch.out").exists() and (run_dir / node / "exit.rc").read_text().strip() == "0"
     _no_injection()
 
-    # A run id names one run: -e run_id of this run is refused on every node before anything starts.
-    reused = playbook("train.yml", *SMALL, "-e", "train_iters=20", "-e", ODD_EXP, "-e", f"run_id={run_dir.name}")
+    # A run id names one run: -e run_id of this run is refused on the controller, from its own records, before any
+    # node is contacted; a controller without those records (another -e runs_dir) is refused on every node.
+    again = (*SMALL, "-e", "train_iters=20", "-e", ODD_EXP, "-e", f"run_id={run_dir.name}")
+    reused = playbook("train.yml", *again)
+    assert reused.returncode != 0 and f"run id {run_dir.name} names an earlier run of {ODD}" in reused.stdout
+    assert not nodes_contacted(reused.stdout)
+    reused = playbook("train.yml", *again, "-e", f"runs_dir={tmp_path / 'another-controller'}")
     assert reused.returncode != 0 and f"run id {run_dir.name} belongs to an earlier run" in reused.stdout
     assert "node1: the run directory" in reused.stdout and "node2: the run directory" in reused.stdout
     assert "Start every node's launch" not in reused.stdout

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from bundle_filters import all_filters
 from presets import load_preset, make_plan
+from trainops import identity
 from trainops.identity import architecture_digest, check_directory, experiment_name, saved_args_differences
 from trainops.model import model_from_dict
 
@@ -382,3 +383,22 @@ def test_another_learning_rate_schedule_is_refused_before_megatron_asserts_on_lo
     with pytest.raises(Exception, match="lr_schedule_on_resume='later' must be one of refuse, checkpoint, override"):
         make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=RUN, run_id="r1", data_path="mock",
                   training={"lr_schedule_on_resume": "later"})  # fmt: skip
+
+
+def test_a_new_run_id_sorts_by_time_and_differs_within_one_second():
+    ids = {identity.new_run_id(1764896100.0) for _ in range(50)}
+    assert len(ids) > 40 and all(i.startswith("20251205-005500-") for i in ids)
+    assert identity.new_run_id(1764896100.0) < identity.new_run_id(1764896101.0)
+
+
+def test_a_run_directory_is_claimed_once(tmp_path):
+    assert identity.claim_run_dir(str(tmp_path), "exp", "r1", "plan.yml", True) == ""
+    assert (tmp_path / "exp" / "r1").is_dir()
+    refused = identity.claim_run_dir(str(tmp_path), "exp", "r1", "train.yml", True)
+    assert refused.startswith("train.yml: run id r1 names an earlier run of exp on this controller")
+    assert "Leave -e run_id out" in refused and "resumes from its checkpoints" in refused
+    generated = identity.claim_run_dir(str(tmp_path), "exp", "r1", "plan.yml", False)
+    assert "Run it again" in generated and "resumes" not in generated
+    (tmp_path / "file").write_text("")
+    unwritable = identity.claim_run_dir(str(tmp_path / "file"), "exp", "r2", "plan.yml", False)
+    assert "cannot be made on this controller" in unwritable and "-e runs_dir" in unwritable

@@ -22,9 +22,12 @@ import hashlib
 import json
 import os
 import re
+import secrets
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import records
 from .checkpoints import LEDGER_FILE as LEDGER
 from .layout import Layout
 from .model import ModelSpec
@@ -320,11 +323,47 @@ def schedule_verdict(changes: Sequence[Mapping[str, Any]], plan: Mapping[str, An
 
 
 def _read_json(path: str) -> Any:
+    """An earlier run's record, or None when it is missing or unreadable (this check then leaves it to the node's)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
+        return records.read_json(path, "record", "", expect=object)
+    except records.RecordError:
         return None
+
+
+def new_run_id(when: float | None = None) -> str:
+    """A new run id: the UTC time to the second, then four random hex digits (``20261205-011500-3fa9``), so that
+    two runs started in the same second on one experiment get two ids; :func:`claim_run_dir` makes the rare
+    collision a refusal, never an overwrite. Ids sort by their start time."""
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(when))}-{secrets.token_hex(2)}"
+
+
+def claim_run_dir(runs_dir: str, exp: str, run_id: str, playbook: str, given: bool) -> str:
+    """Create the run's controller directory ``<runs_dir>/<exp>/<run_id>`` as this run's own, atomically (one
+    ``mkdir``: of two runs claiming one id, one wins), before any node is contacted. The refusal (``""`` when the
+    claim holds) says that the id names an earlier run on this controller: a run id names one run, and its records
+    are never overwritten."""
+    exp_dir = os.path.join(runs_dir, exp)
+    run_dir = os.path.join(exp_dir, run_id)
+    try:
+        os.makedirs(exp_dir, exist_ok=True)
+        os.mkdir(run_dir)
+    except FileExistsError:
+        fix = (
+            "Leave -e run_id out (a new one is made for every run), or give one no run of this experiment has used"
+            if given
+            else "Run it again: the generated id met another run's started in the same second"
+        )
+        resume = "; the experiment resumes from its checkpoints with any run id" if playbook == "train.yml" else ""
+        return records.printable(
+            f"{playbook}: run id {run_id} names an earlier run of {exp} on this controller ({run_dir}); a run's "
+            f"records are never overwritten. {fix}{resume}. Nothing was written; no node was contacted."
+        )
+    except OSError as exc:
+        return records.printable(
+            f"{playbook}: the run directory {run_dir} cannot be made on this controller ({exc.strerror or exc}). "
+            "Give -e runs_dir=DIR on a disk you can write to. Nothing was written; no node was contacted."
+        )
+    return ""
 
 
 def _own_verified_saves(run_dir: str) -> list[int]:

@@ -145,7 +145,8 @@ OPTIONS: dict[str, Option] = {
            TRAIN, 0.1, minimum=0.0, maximum=0.99, docs="docs/cost-model.md"),
         _o("exp", "name", "Experiment name (one directory level of the run and checkpoint dirs); unset: from the "
            "layout.", TRAIN),
-        _o("run_id", "name", "The run's identifier (names the run directory); unset: a UTC timestamp.", TRAIN),
+        _o("run_id", "name", "The run's identifier (names the run directory; an earlier run's is refused); unset: the "
+           "UTC time and four random hex digits.", TRAIN),
         _o("plan_dir", "controller_path", "Where plan.yml writes the plan, on the controller.", ("plan",),
            docs="docs/plan.md"),
         _o("runs_dir", "controller_path", "Directory of every run on the controller; unset: <project>/runs.",
