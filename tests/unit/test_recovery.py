@@ -151,6 +151,23 @@ def test_the_replan_note_says_what_changed_and_why():
     )
 
 
+def test_the_replan_note_says_the_world_size_when_a_spare_has_fewer_slots():
+    old = {"nodes": [{"name": "node1", "slots": 8}, {"name": "node2", "slots": 8}], "world_size": 16, "dp": 16,
+           "num_microbatches": 4, "global_batch_size": 192}  # fmt: skip
+    new = dict(old, nodes=[{"name": "node1", "slots": 8}, {"name": "small", "slots": 4}], world_size=12, dp=12,
+               num_microbatches=16)  # fmt: skip
+    assert recovery.replan_note(old, new, {"node2": "unreachable"}) == (
+        "nodes 2 -> 2, world size 16 -> 12 ranks, dp 16 -> 12, micro-batches 4 -> 16, global batch 192 unchanged, "
+        "node2 left out: unreachable, small (a spare) takes a place with 4 slot(s) for node2's 8"
+    )
+    # two lost, one spare: it takes the first lost node's place (rank order), the other is dropped
+    three = dict(old, nodes=[{"name": f"node{i}", "slots": 8} for i in (1, 2, 3)], world_size=24, dp=24)
+    one = dict(old, nodes=[{"name": "node1", "slots": 8}, {"name": "small", "slots": 4}], world_size=12, dp=12)
+    note = recovery.replan_note(three, one, {"node2": "hang", "node3": "hang"})
+    assert note.startswith("nodes 3 -> 2, world size 24 -> 12 ranks, dp 24 -> 12")
+    assert note.endswith("small (a spare) takes a place with 4 slot(s) for node2's 8")
+
+
 def test_the_last_iteration_comes_from_the_watcher_when_the_last_ranks_node_is_gone():
     outcome = {"state": "failed", "kind": "exited", "node": "node1", "last_iteration": {"iteration": 12}}
     record = recovery.attempt_record(1, 0.0, 60.0, outcome, {"last_iteration": None, "failure": None}, None, 10)

@@ -196,18 +196,29 @@ def retry_decision(
 
 
 def replan_note(old: Mapping[str, Any], new: Mapping[str, Any], lost: Mapping[str, str]) -> str:
-    """What an elastic re-plan changed, as ``dp 4 -> 2, micro-batches 2 -> 4, node2 left out: <why>``."""
+    """What an elastic re-plan changed, as ``nodes 2 -> 1, world size 16 -> 8 ranks, dp 4 -> 2, micro-batches
+    2 -> 4, global batch 8 unchanged, node2 left out: <why>``; a spare that takes a place with other slots than
+    the node it replaces is named with them (the world size then changes, though the node count does not)."""
     parts = [f"nodes {len(old['nodes'])} -> {len(new['nodes'])}"]
     parts += [
-        f"{label} {old[key]} -> {new[key]}"
-        for label, key in (("dp", "dp"), ("micro-batches", "num_microbatches"))
+        f"{label} {old[key]} -> {new[key]}{unit}"
+        for label, key, unit in (("world size", "world_size", " ranks"), ("dp", "dp", ""),
+                                 ("micro-batches", "num_microbatches", ""), ("global batch", "global_batch_size", ""))
         if old.get(key) != new.get(key)
-    ]
+    ]  # fmt: skip
     if old.get("global_batch_size") == new.get("global_batch_size"):
         parts.append(f"global batch {new.get('global_batch_size')} unchanged")
     parts += [f"{node} left out: {why}" for node, why in lost.items()]
     before = {n["name"] for n in old["nodes"]}
-    parts += [f"{n['name']} (a spare) takes a place" for n in new["nodes"] if n["name"] not in before]
+    fresh = iter(n for n in new["nodes"] if n["name"] not in before)  # in rank order: each in a lost node's place
+    spares = [(was, next(fresh, None)) for was in old["nodes"] if was["name"] in lost]
+    spares += [({}, n) for n in fresh]
+    for was, node in spares:
+        if node is None:
+            continue
+        other = node.get("slots") is not None and was.get("slots") not in (None, node.get("slots"))
+        slots = f" with {node['slots']} slot(s) for {was['name']}'s {was['slots']}" if other else ""
+        parts.append(f"{node['name']} (a spare) takes a place{slots}")
     return ", ".join(parts)
 
 
