@@ -135,25 +135,31 @@ def _flag(hostvars: Mapping[str, Any], node: str, name: str) -> bool:
     return bool(convert(name, hostvars[node].get(name, False), f"inventory {node}"))
 
 
+def _hosts(nodes: list[str], hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The inventory's nodes as trainops.node_choice reads them: name, master, spare, slots."""
+    return [
+        {"name": n, "master": _flag(hostvars, n, "master"), "spare": _flag(hostvars, n, "spare"),
+         "slots": convert("slots", hostvars[n].get("slots", 8), f"inventory {n}")}
+        for n in nodes
+    ]  # fmt: skip
+
+
 def plan_nodes(
     left_out: Mapping[str, str], nodes: list[str], hostvars: Mapping[str, Any], options: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The nodes a run plans on, in rank order (``nodes``: the inventory's, ``left_out``: those that get no rank):
-    the regular nodes, with a spare (``spare: true``) in the place of each one left out; ``in_order`` when the
-    order must be kept (a spare stands in), and a line per spare that does. With -e use_nodes, the nodes it names
-    are the regular ones."""
-    use = options.get("use_nodes") or []
-    hosts = [{"name": n, "master": _flag(hostvars, n, "master"), "spare": _flag(hostvars, n, "spare")} for n in nodes]
-    if use:
-        regular, spares = [h for h in hosts if h["name"] in use], []
-    else:
-        regular, spares = [h for h in hosts if not h["spare"]], [h["name"] for h in hosts if h["spare"]]
-    chosen, lines = node_choice.plan_nodes(node_choice.rank_order(regular), spares, left_out)
-    if not chosen:
-        raise AnsibleFilterError(
-            "every node is left out (" + "; ".join(left_out.values()) + "): nothing to plan on. Nothing was started."
-        )
-    return {"nodes": chosen, "in_order": bool(lines), "lines": lines}
+    """The nodes a run plans on (trainops.node_choice.choose: plan.yml's and train.yml's one choice), in rank
+    order (``nodes``: the inventory's, ``left_out``: those that get no rank): the regular nodes, with a spare
+    (``spare: true``) in the place of each one left out; ``in_order`` when the order must be kept (a spare stands
+    in), and a line per spare that does. With -e use_nodes, the nodes it names are the regular ones."""
+    try:
+        return node_choice.choose(_hosts(nodes, hostvars), left_out, options.get("use_nodes") or [])
+    except ValueError as exc:
+        raise AnsibleFilterError(f"{exc}. Nothing was started.") from None
+
+
+def spares(nodes: list[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """The inventory's spares (``spare: true``), in its order."""
+    return [n for n in nodes if _flag(hostvars, n, "spare")]
 
 
 def replan_nodes(
@@ -165,12 +171,13 @@ def replan_nodes(
 ) -> list[str]:
     """An elastic re-plan's nodes, in the last plan's rank order: each lost node's place taken by a spare that is
     not in the plan, not left out and answered the ping after the failure (its ``train_reach``), else dropped."""
-    spares = [
+    free = [
         n for n in nodes
         if _flag(hostvars, n, "spare") and n not in plan_nodes_ and n not in left_out
         and not (hostvars[n].get("train_reach") or {}).get("unreachable")
     ]  # fmt: skip
-    chosen, _ = node_choice.plan_nodes(plan_nodes_, spares, lost)
+    slots = {h["name"]: h["slots"] for h in _hosts(nodes, hostvars)}
+    chosen, _ = node_choice.plan_nodes(plan_nodes_, free, lost, slots)
     return chosen
 
 
@@ -188,4 +195,5 @@ class FilterModule:
             "trainops_chosen_left_out": chosen_left_out,
             "trainops_plan_nodes": plan_nodes,
             "trainops_replan_nodes": replan_nodes,
+            "trainops_spares": spares,
         }

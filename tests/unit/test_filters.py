@@ -113,6 +113,19 @@ def test_a_spare_takes_the_place_of_a_node_left_out_with_its_rank():
     assert replan_nodes(["node2", "node1"], {"node1": "hang"}, nodes, gone, {}) == ["node2"]
 
 
+def test_a_spare_with_fewer_slots_is_said_and_an_inventory_of_spares_named():
+    plan_nodes = FILTERS["trainops_plan_nodes"]
+    nodes = ["node1", "node2", "node3"]
+    hostvars = {"node1": {"slots": 8}, "node2": {"slots": 8}, "node3": {"slots": "4", "spare": "true"}}
+    out = plan_nodes({"node2": "node2: sick"}, nodes, hostvars, {})
+    assert out["nodes"] == ["node1", "node3"]
+    assert "with 4 slot(s) for its 8: the world size goes from 16 to 12 ranks" in out["lines"][0]
+    spares = {n: {"spare": True} for n in nodes}
+    with pytest.raises(AnsibleFilterError, match=r"^inventory: every node is a spare \(spare: true on node1, node2"):
+        plan_nodes({}, nodes, spares, {})
+    assert FILTERS["trainops_spares"](nodes, hostvars) == ["node3"]
+
+
 def test_a_nodes_gathered_results_become_its_health_facts():
     facts = FILTERS["trainops_health_facts"]
     missing = facts({"exists": False}, {}, {}, "train", 8, "nvidia-smi")

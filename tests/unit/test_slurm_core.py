@@ -52,7 +52,46 @@ def test_slurm_settings_default_to_every_inventory_node_and_the_partitions_defau
         "go_timeout": 900,
         "gpus_per_node": "auto",
         "output_dir": "/tmp",
+        "hosts": ["node1", "node2"],
+        "exclude": [],
     }
+
+
+def test_a_spare_is_never_allocated_under_slurm():
+    """A spare gets no rank with launcher=slurm either: Slurm is asked not to give it (--exclude, by its Slurm
+    name), slurm_nodes counts the other nodes, and the first plan is made on them."""
+    raw = {"launcher": "slurm", "spares": ["node2"], "slurm_names": {"node1": "a01", "node2": "a02", "node3": "a03"}}
+    got = slurm.settings(raw, ["node1", "node2", "node3"], ["login1"])
+    assert (got["nodes"], got["hosts"], got["exclude"]) == (2, ["node1", "node3"], ["a02"])
+    assert "--exclude=a02" in slurm.batch_options(PLAN, got, gres_gpu=False)
+    with pytest.raises(PlanError) as caught:
+        slurm.settings(dict(raw, slurm_nodes=3), ["node1", "node2", "node3"], ["login1"])
+    assert caught.value.problems == [
+        "-e slurm_nodes=3 must be a whole number from 1 to 2 (the nodes of the inventory, where the containers are "
+        "provisioned, less its spares (node2), which Slurm is asked not to give)"
+    ]
+    with pytest.raises(PlanError, match=r"every node is a spare \(spare: true on node1, node2\)"):
+        slurm.settings({"launcher": "slurm", "spares": ["node1", "node2"]}, NODES, ["login1"])
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ({"exclude_nodes": ["node2"]}, "-e exclude_nodes=node2 is not honoured with -e launcher=slurm: Slurm picks"),
+        ({"use_nodes": ["node1"]}, "-e use_nodes=node1 is not honoured with -e launcher=slurm: Slurm picks"),
+        ({"elastic": True}, "-e elastic=true is not honoured with -e launcher=slurm: a failed Slurm job ends"),
+        ({"min_nodes": 2}, "-e min_nodes=2 is not honoured with -e launcher=slurm"),
+        ({"incident_limit": 1}, "-e incident_limit=1 is not honoured with -e launcher=slurm: the incident record"),
+        ({"incident_window_days": 3.0}, "-e incident_window_days=3.0 is not honoured"),
+        ({"health": "exclude"}, "-e health=exclude is not honoured with -e launcher=slurm: with Slurm a sick node"),
+    ],
+)
+def test_options_slurm_cannot_honour_are_refused_naming_them(given, words):
+    assert [p for p in slurm.unhonoured(given) if p.startswith(words)], slurm.unhonoured(given)
+
+
+def test_what_slurm_honours_passes():
+    assert slurm.unhonoured({"elastic": False, "health": "warn", "exclude_nodes": [], "max_restarts": 0}) == []
 
 
 @pytest.mark.parametrize(

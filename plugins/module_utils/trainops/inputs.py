@@ -21,8 +21,10 @@ from .data_request import problems as data_problems
 from .errors import PlanError
 from .invocation import example_text, no_inventory_text
 from .model import model_from_dict
-from .node_choice import chosen_out, plan_nodes
+from .node_choice import choose, chosen_out
+from .node_choice import problems as spare_problems
 from .slurm import settings as slurm_settings
+from .slurm import unhonoured as slurm_unhonoured
 from .watch import NAMES as WATCH_NAMES
 from .watch import watch_options
 from .written import Setting, Written, read_extra, read_inventory
@@ -129,6 +131,8 @@ def check(given: Inputs) -> Verdict:
     # the options that need or exclude others (the schema's rules), all at once, on the values that converted
     given_now = {name: out.options[name] for name in given.extra_names if name in out.options}
     out.problems += schema.rule_problems(given_now, out.options)
+    if nodes:
+        _spares(given, nodes, out)
     if given.playbook == "train" and nodes:
         _chosen_nodes(given, nodes, out)
     if out.problems:
@@ -240,21 +244,33 @@ def _place(setting: Setting) -> str:
     return f"inventory {setting.place} ({scope})"
 
 
+def _spares(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
+    """A master that is a spare (every playbook); an inventory of spares only, where a run is planned
+    (trainops.node_choice.problems)."""
+    plans = given.playbook in ("plan", "train")
+    use = (out.options.get("use_nodes") or []) if given.playbook == "train" else []
+    out.problems += spare_problems(_choice_hosts(given, nodes), plans, use)
+
+
 def _chosen_nodes(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
-    """-e exclude_nodes and -e use_nodes name inventory nodes, and leave at least min_nodes to an elastic run."""
+    """-e exclude_nodes and -e use_nodes name inventory nodes and leave one to plan on (a spare in the place of
+    one they leave out: trainops.node_choice.choose, as train.yml chooses), and at least min_nodes to an elastic
+    run."""
     opts = out.options
     try:
         left_out = chosen_out(nodes, opts.get("exclude_nodes") or [], opts.get("use_nodes") or [])
     except ValueError as exc:
         out.problems.append(f"-e exclude_nodes / -e use_nodes: {exc}")
         return
+    try:
+        start = choose(_choice_hosts(given, nodes), left_out, opts.get("use_nodes") or [])["nodes"]
+    except ValueError as exc:
+        if str(exc) not in out.problems:  # an inventory of spares only is named once, by _spares
+            out.problems.append(f"-e exclude_nodes / -e use_nodes: {exc}; name fewer nodes")
+        return
     minimum = opts.get("min_nodes")
     if "min_nodes" not in given.values or not opts.get("elastic") or minimum is None:
         return
-    spare = {n: _flag(given.hostvars.get(n, {}).get("spare", False)) for n in nodes}
-    use = opts.get("use_nodes") or []
-    regular = [n for n in nodes if n in use] if use else [n for n in nodes if not spare[n]]
-    start = plan_nodes(regular, [] if use else [n for n in nodes if spare[n]], left_out)[0]
     if minimum > len(start):
         chosen = " after -e exclude_nodes / use_nodes" if left_out else ""
         out.problems.append(
@@ -263,12 +279,29 @@ def _chosen_nodes(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
         )
 
 
-def _flag(value: Any) -> bool:
+def _choice_hosts(given: Inputs, nodes: Sequence[str]) -> list[dict[str, Any]]:
+    """The nodes as trainops.node_choice reads them (a bad field is named by the host's own check)."""
+    hosts = []
+    for name in nodes:
+        hv = given.hostvars.get(name, {})
+        master, spare = _flag("master", hv.get("master", False)), _flag("spare", hv.get("spare", False))
+        hosts.append({"name": name, "master": master, "spare": spare, "slots": _slots(hv.get("slots", 8))})
+    return hosts
+
+
+def _flag(name: str, value: Any) -> bool:
     """A host's boolean field (a bad one is named by the host's own check)."""
     try:
-        return schema.convert("spare", value) is True
+        return schema.convert(name, value) is True
     except schema.OptionError:
         return False
+
+
+def _slots(value: Any) -> int | None:
+    try:
+        return schema.convert("slots", value)
+    except schema.OptionError:
+        return None
 
 
 def _accelerators(backends_dir: str) -> list[str]:
@@ -356,10 +389,15 @@ def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
         raw["launcher"] = opts.get("launcher", "ssh")
         if book == "train":
             raw["max_restarts"] = opts.get("max_restarts", 0)
+            hosts = _choice_hosts(given, nodes)
+            raw["spares"] = [h["name"] for h in hosts if h["spare"]]
+            raw["slurm_names"] = {n: given.hostvars.get(n, {}).get("slurm_node_name") or n for n in nodes}
         try:
             slurm_settings(raw, list(nodes), list(given.groups.get("slurm_login") or []))
         except PlanError as exc:
             out.problems += exc.problems
+        if book == "train" and raw["launcher"] == "slurm":
+            out.problems += slurm_unhonoured({n: opts[n] for n in given.extra_names if n in opts})
     if book == "data":
         out.problems += data_problems(opts)
     if book in ("plan", "train"):

@@ -77,21 +77,32 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
             raise PlanError(problems)
         return {"launcher": "ssh"}
 
+    spares = [n for n in raw.get("spares") or () if n in inventory_nodes]
+    hosts = [n for n in inventory_nodes if n not in spares]
+    names = raw.get("slurm_names") or {}
     if not login_hosts:
         problems.append(
             "-e launcher=slurm needs a slurm_login group in the inventory: the node(s) where sbatch, squeue, sacct "
             "and scancel run"
         )
     nodes = raw.get("slurm_nodes")
-    if nodes in (None, ""):
-        count = len(inventory_nodes)
+    if not hosts and inventory_nodes:
+        problems.append(
+            f"inventory: every node is a spare (spare: true on {', '.join(spares)}), and with -e launcher=slurm a "
+            "spare is never allocated (sbatch --exclude): there is no node to run on; drop spare: true on the nodes "
+            "to train on (docs/slurm.md)"
+        )
+        count = 0
+    elif nodes in (None, ""):
+        count = len(hosts)
     else:
         text = str(nodes).strip()
         count = int(text) if text.isdigit() and not isinstance(nodes, bool) else 0
-        if count < 1 or count > len(inventory_nodes):
+        if count < 1 or count > len(hosts):
+            spared = f", less its spares ({', '.join(spares)}), which Slurm is asked not to give" if spares else ""
             problems.append(
-                f"-e slurm_nodes={nodes!r} must be a whole number from 1 to {len(inventory_nodes)} (the nodes of the "
-                "inventory, where the containers are provisioned)"
+                f"-e slurm_nodes={nodes!r} must be a whole number from 1 to {len(hosts)} (the nodes of the "
+                f"inventory, where the containers are provisioned{spared})"
             )
     partition = raw.get("slurm_partition")
     partition = "" if partition is None else str(partition).strip()
@@ -139,7 +150,45 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
         "go_timeout": int(go_text),
         "gpus_per_node": gpus,
         "output_dir": output_dir.rstrip("/") or "/",
+        # the nodes Slurm may give, in the inventory's order (the first plan is made on the first `nodes` of
+        # them), and the spares' Slurm names, which the job excludes: a spare gets no rank under Slurm either
+        "hosts": hosts,
+        "exclude": [str(names.get(n) or n) for n in spares],
     }
+
+
+#: train.yml's options that choose the nodes or re-plan the run, which a Slurm allocation does not honour: Slurm
+#: picks the job's nodes, and a failed job ends the run. Refused with -e launcher=slurm, each saying what to use.
+UNHONOURED = {
+    "exclude_nodes": "Slurm picks the job's nodes, and the bundle would still reach and check the node: drain it in "
+    "Slurm (scontrol update nodename=NODE state=drain reason=...), or give it spare: true in the inventory (Slurm "
+    "is then asked not to give it, sbatch --exclude)",
+    "use_nodes": "Slurm picks the job's nodes: ask for their number with -e slurm_nodes and for a partition of the "
+    "nodes you want with -e slurm_partition",
+    "elastic": "a failed Slurm job ends the run (max_restarts is not supported with it yet), so there is no "
+    "re-plan: drop it, or use -e launcher=ssh",
+    "min_nodes": "it bounds an elastic re-plan, and a failed Slurm job ends the run: drop it, or use -e launcher=ssh",
+    "incident_limit": "the incident record is not applied with Slurm, which picks the nodes: drain an implicated "
+    "node in Slurm instead (docs/incidents.md)",
+    "incident_window_days": "the incident record is not applied with Slurm, which picks the nodes: drain an "
+    "implicated node in Slurm instead (docs/incidents.md)",
+    "health": "with Slurm a sick node cannot be left out before the launch (Slurm picks the nodes; it is named, as "
+    "with health=warn): give -e health=warn or off, or drain the node in Slurm",
+}
+
+
+def unhonoured(given: Mapping[str, Any]) -> list[str]:
+    """The options of :data:`UNHONOURED` in ``given`` (those given with -e, converted) that a run with
+    ``launcher=slurm`` would ignore, each refused with what to do instead. ``elastic`` counts when true,
+    ``health`` when ``exclude`` (its default, which Slurm runs as ``warn``, is not refused)."""
+    out = []
+    for name, why in UNHONOURED.items():
+        value = given.get(name)
+        if name not in given or value in (None, "", [], False) or (name == "health" and value != "exclude"):
+            continue
+        shown = ",".join(map(str, value)) if isinstance(value, list) else str(value).lower()
+        out.append(f"-e {name}={shown} is not honoured with -e launcher=slurm: {why}")
+    return out
 
 
 def job_comment(plan: Mapping[str, Any]) -> str:
@@ -165,6 +214,8 @@ def batch_options(plan: Mapping[str, Any], slurm: Mapping[str, Any], gres_gpu: b
         options.append(f"--partition={slurm['partition']}")
     if slurm.get("time"):
         options.append(f"--time={slurm['time']}")
+    if slurm.get("exclude"):  # the spares: Slurm gives none of them, so none gets a rank
+        options.append(f"--exclude={','.join(slurm['exclude'])}")
     wants_gpus = slurm.get("gpus_per_node", "auto")
     if wants_gpus == "true" or (wants_gpus == "auto" and gres_gpu):
         options.append(f"--gpus-per-node={slots}")
