@@ -94,6 +94,8 @@ def words_read(playbook: str) -> set[str]:
     while grown:
         if "trainops_inventory_nodes" in words:  # the filter reads these inventory keys of every node
             words |= set(NODE_KEYS)
+        if "trainops_plan_nodes" in words:  # the nodes a run plans on (trainops.node_choice): these node keys
+            words |= {"master", "spare", "slots"}
         if "trainops_watch_options" in words:  # the watcher's options, through the core (trainops.watch)
             words |= set(watch.NAMES)
         grown = False

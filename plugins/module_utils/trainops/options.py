@@ -188,8 +188,9 @@ OPTIONS: dict[str, Option] = {
            maximum=16, docs="docs/inventory.md"),
         _o("master", "bool", "The rendezvous master (at most one host; unset: the first).", CLUSTER, False,
            where="host", docs="docs/inventory.md"),
-        _o("spare", "bool", "A spare: provisioned and health-checked, it gets no rank until it takes the place of a "
-           "node left out (ssh launcher).", ("train",), False, where="host", docs="docs/health.md"),
+        _o("spare", "bool", "A spare: provisioned and health-checked, it gets no rank in any plan until it takes "
+           "the place of a node left out; never the master; with launcher=slurm the job excludes it.",
+           ("plan", "train"), False, where="host", docs="docs/health.md"),
         _o("slurm_node_name", "address", "The node's name in Slurm; unset: the inventory name.", ("train",),
            where="host", docs="docs/slurm.md"),
         # --- train.yml's watcher and restarts ---------------------------------------------------------------------
