@@ -191,3 +191,46 @@ def test_layouts_that_do_not_fit_rank_by_how_close_they_come_to_fitting():
     assert all(r["fits"] for r in fitting[:split]) and not any(r["fits"] for r in fitting[split:])
     speeds = [r["tokens_per_s_per_card"] for r in fitting[:split]]
     assert speeds == sorted(speeds, reverse=True)
+
+
+# --- sane values the controller can judge (issue 38, point 7) ------------------------------------------------------
+
+
+def test_fp8_is_refused_on_a_card_whose_profile_has_none_and_planned_where_it_has():
+    s4000 = [dict(h, accelerator_card="S4000") for h in HOSTS]
+    with pytest.raises(PlanError, match=r"precision=fp8: the S4000 has no FP8 \(backends/musa.yml says fp8: false"):
+        plan(hosts=s4000, layout={"tp": 1, "pp": 2})
+    assert plan(hosts=s4000, layout={"tp": 1, "pp": 2, "precision": "bf16"})["precision"] == "bf16"
+    assert plan(layout={"tp": 1, "pp": 2})["precision"] == "fp8"  # the S5000 has FP8
+
+
+@pytest.mark.parametrize(
+    ("training", "words"),
+    [
+        ({"lr": -3e-4}, "training.lr=-0.0003 must be above 0"),
+        ({"lr": 0}, "training.lr=0.0 must be above 0"),
+        ({"lr": 3}, "at most 1"),
+        ({"lr_warmup_iters": -5}, "training.lr_warmup_iters=-5 must be >= 0"),
+        ({"weight_decay": -0.1}, "training.weight_decay=-0.1 must be >= 0"),
+        ({"adam_beta2": 1.5}, "training.adam_beta2=1.5 must be >= 0 and below 1"),
+    ],
+)
+def test_absurd_training_values_are_refused(training, words):
+    with pytest.raises(PlanError) as refused:
+        plan(layout={"tp": 1, "pp": 2}, training=training)
+    assert any(words in p for p in refused.value.problems), refused.value.problems
+    assert not any("min_lr" in p for p in refused.value.problems)  # the lr's own problem, not a second one
+
+
+@pytest.mark.parametrize(
+    ("data_path", "words"),
+    [
+        ("/data/llama3_text_document.bin", "names one of the files: give the prefix they share, /data/llama3_text"),
+        ("/data/llama3_text_document.idx", "names one of the files"),
+        ("/data/datasets/", "names a directory: give the prefix of the .bin/.idx in it, as /data/datasets/<name>"),
+    ],
+)
+def test_a_data_path_is_a_prefix(data_path, words):
+    with pytest.raises(PlanError) as refused:
+        plan(layout={"tp": 1, "pp": 2}, data_path=data_path)
+    assert any(words in p for p in refused.value.problems), refused.value.problems

@@ -91,6 +91,25 @@ def test_plan_uses_the_detected_tokenizer(tmp_path):
         )
 
 
+def test_a_given_type_that_cannot_read_the_controllers_copy_is_refused(tmp_path):
+    """-e tokenizer_type is checked against the file when the controller has it (issue 38, point 7)."""
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
+    hosts = [{"name": "n1", "ansible_host": "10.0.0.1", "slots": 8}]
+    plan = {"model": load_preset("llama3-8b"), "hosts": hosts, "layout": {}, "run_id": "r"}
+    with pytest.raises(PlanError, match=r"tokenizer_type=TikTokenizer does not read .* read by HuggingFaceTokenizer"):
+        make_plan(**plan, tokenizer_path=str(tmp_path), tokenizer_type="TikTokenizer")
+    done = make_plan(**plan, tokenizer_path=str(tmp_path), tokenizer_type="HuggingFaceTokenizer")
+    assert done["tokenizer_type"] == "HuggingFaceTokenizer"
+    lonely = tmp_path / "lonely"
+    lonely.mkdir()
+    write_tiktoken(lonely / "tokenizer.model")  # no type of Megatron 0.14 reads it
+    with pytest.raises(PlanError, match="tokenizer_type=SentencePieceTokenizer: .* tiktoken BPE file"):
+        make_plan(**plan, tokenizer_path=str(lonely / "tokenizer.model"), tokenizer_type="SentencePieceTokenizer")
+    # a path the controller does not have is the containers': the given type is taken
+    done = make_plan(**plan, tokenizer_path="/nowhere/tok", tokenizer_type="SentencePieceTokenizer")
+    assert done["tokenizer_type"] == "SentencePieceTokenizer"
+
+
 # --- what the dataset builder reads -----------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ PROFILE_KEYS: dict[str, tuple[type, bool, str]] = {
     "name": (str, True, "The accelerator's name (the file's name)."),
     "device_tool": (str, True, "The device tool (mthreads-gmi, nvidia-smi), or empty for none."),
     "default_card": (str, True, "The card a node has unless its accelerator_card says (one of cards)."),
-    "cards": (dict, True, "Each card's memory_gib, peak_tflops (bf16, fp8; null: unknown), intra_busbw_gbps, source."),
+    "cards": (dict, True, "Each card's memory_gib, peak_tflops, intra_busbw_gbps, source; fp8: false if none."),
     "container_env": (dict, True, "Environment of the training container."),
     "visible_devices_env": (str, True, "The visible-devices variable the launch sets per node, or empty."),
     "torch_distributed_backend": (str, True, "torch.distributed backend (mccl, nccl, gloo)."),
@@ -83,6 +83,8 @@ def card_problems(path: str, profile: Mapping[str, Any]) -> list[str]:
             or not all(v is None or _number(v) for v in peaks.values())
         ):
             problems.append(f"{where}: peak_tflops must give {', '.join(PEAK_PRECISIONS)}, each a number or null")
+        if "fp8" in facts and not isinstance(facts["fp8"], bool):
+            problems.append(f"{where}: fp8 must be true or false (whether the card computes in FP8)")
         if "source" in facts and not (isinstance(facts["source"], str) and facts["source"].strip()):
             problems.append(f"{where}: source must say where its figures come from")
     return problems

@@ -51,6 +51,10 @@ class Cluster:
     inter_busbw_gbps: float
     #: True when ``-e accelerator_peak_tflops`` set the peak.
     peak_given: bool = False
+    #: False when the card's profile says it has no FP8 (``fp8: false``); True where it has or does not say.
+    fp8: bool = True
+    #: The backend profile's file, for messages (``backends/musa.yml``).
+    profile: str = ""
 
     @property
     def master(self) -> Node:
@@ -204,6 +208,8 @@ def cluster_from_hosts(
         memory_gib=float(accelerator_memory_gib or facts["memory_gib"]),
         peak_tflops=peaks,
         peak_given=bool(accelerator_peak_tflops),
+        fp8=facts.get("fp8", True) is not False,
+        profile=f"backends/{parsed[0][3]}.yml",
         intra_busbw_gbps=float(facts["intra_busbw_gbps"]),
         inter_busbw_gbps=float(inter_busbw_gbps or DEFAULT_INTER_BUSBW_GBPS),
     )

@@ -410,12 +410,29 @@ def check_training(training: TrainingConfig, train_iters: int) -> list[str]:
             problems.append(f"training.{key}={value!r} must be a whole number >= {low} ({why})")
     if training.min_lr < 0:
         problems.append(f"training.min_lr={training.min_lr} must be >= 0 (Megatron's scheduler asserts it)")
+    if not 0 < training.lr <= 1:
+        problems.append(
+            f"training.lr={training.lr} must be above 0 and at most 1 (Adam's learning rates are about 1e-5 to 1e-3; "
+            f"the default is {TrainingConfig.lr})"
+        )
+    for key, low, high, why in (
+        ("lr_warmup_iters", 0, None, "iterations of warm-up; 0: none"),
+        ("lr_warmup_samples", 0, None, "samples of warm-up; 0: none"),
+        ("train_samples", 1, None, "samples to train on"),
+        ("weight_decay", 0, None, "0: none"),
+        ("clip_grad", 0, None, "0: no clipping"),
+        ("adam_beta1", 0, 0.999999, "Adam's first-moment decay, below 1"),
+        ("adam_beta2", 0, 0.999999, "Adam's second-moment decay, below 1"),
+    ):
+        value = getattr(training, key)
+        if value is not None and (value < low or (high is not None and value > high)):
+            problems.append(f"training.{key}={value} must be >= {low}{' and below 1' if high else ''} ({why})")
     if training.lr_warmup_iters is not None and training.lr_warmup_iters >= train_iters:
         problems.append(
             f"lr_warmup_iters={training.lr_warmup_iters} must be below train_iters={train_iters} "
             f"(Megatron's scheduler asserts it); use lr_warmup_iters <= {max(0, train_iters - 1)}"
         )
-    if training.min_lr > training.lr:
+    if training.min_lr > training.lr > 0:
         problems.append(f"min_lr={training.min_lr} is above lr={training.lr}")
     if not isinstance(training.save_interval, int) or training.save_interval < 0:
         problems.append(

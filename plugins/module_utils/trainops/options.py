@@ -88,6 +88,18 @@ class Option:
         return self.default is None
 
 
+#: Upper bounds no real run reaches (a value above one is a slip of the keyboard, not a plan): 2^20 sequences in
+#: a global batch (Llama 3 405B's largest was 2,048 of 8,192 tokens) or a micro-batch; 2^20 tokens in a sequence;
+#: 10^8 iterations (Llama 3 8B: about 1.2 x 10^6).
+MAX_BATCH = 2**20
+MAX_SEQ_LENGTH = 2**20
+MAX_ITERATIONS = 10**8
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _o(name: str, kind: str, doc: str, playbooks: Sequence[str], default: Any = None, **kw: Any) -> Option:
     return Option(name=name, kind=kind, doc=doc, playbooks=tuple(playbooks), default=default, **kw)
 
@@ -103,12 +115,13 @@ OPTIONS: dict[str, Option] = {
         _o("cp", "int", "Context-parallel size.", TRAIN, 1, minimum=1, docs="docs/plan.md"),
         _o("vpp", "int", "Virtual pipeline stages per rank (interleaved schedule); unset: none.", TRAIN,
            minimum=1, docs="docs/plan.md"),
-        _o("mbs", "int", "Micro-batch size.", TRAIN, 1, minimum=1, docs="docs/plan.md"),
+        _o("mbs", "int", "Micro-batch size.", TRAIN, 1, minimum=1, maximum=MAX_BATCH, docs="docs/plan.md"),
         _o("num_microbatches", "int", "Micro-batches per iteration; with neither it nor gbs: 128.", TRAIN,
-           minimum=1, docs="docs/plan.md"),
+           minimum=1, maximum=MAX_BATCH, docs="docs/plan.md"),
         _o("gbs", "int", "Global batch size; keeps the training maths fixed across layouts.", TRAIN, minimum=1,
+           maximum=MAX_BATCH, docs="docs/plan.md"),
+        _o("seq_length", "int", "Sequence length in tokens.", TRAIN, 4096, minimum=1, maximum=MAX_SEQ_LENGTH,
            docs="docs/plan.md"),
-        _o("seq_length", "int", "Sequence length in tokens.", TRAIN, 4096, minimum=1, docs="docs/plan.md"),
         _o("precision", "choice", "Training precision (fp32: Megatron's default, without --bf16).", TRAIN, "fp8",
            choices=("bf16", "fp8", "fp32"),
            docs="docs/plan.md"),
@@ -127,7 +140,8 @@ OPTIONS: dict[str, Option] = {
            minimum=1, docs="docs/plan.md"),
         _o("last_stage_layers", "int", "Layers of the last pipeline stage (overrides the computed split).", TRAIN,
            minimum=1, docs="docs/plan.md"),
-        _o("train_iters", "int", "Training iterations.", TRAIN, 100000, minimum=1, docs="docs/plan.md"),
+        _o("train_iters", "int", "Training iterations.", TRAIN, 100000, minimum=1, maximum=MAX_ITERATIONS,
+           docs="docs/plan.md"),
         _o("recipe", "choice", "default: the bundle's choices; vendor: the vendor's Llama3-8B script (sample-based "
            "schedule, RoPE base 10000, its fusion flags and stage split).", TRAIN, "default",
            choices=("default", "vendor"), docs="docs/plan.md"),
@@ -584,8 +598,8 @@ def _wanted(opt: Option) -> str:
     """What the option accepts, in words."""
     if opt.kind in ("int", "float"):
         word = "a whole number" if opt.kind == "int" else "a number"
-        low = "" if opt.minimum is None else (f" > {opt.minimum:g}" if opt.above else f" >= {opt.minimum:g}")
-        high = "" if opt.maximum is None else f" <= {opt.maximum:g}"
+        low = "" if opt.minimum is None else f" {'>' if opt.above else '>='} {_number_text(opt.minimum)}"
+        high = "" if opt.maximum is None else f" <= {_number_text(opt.maximum)}"
         words = f" or {' or '.join(opt.words)}" if opt.words else ""
         return f"{word}{low}{' and' if low and high else ''}{high}{words}"
     if opt.kind == "bool":

@@ -45,7 +45,7 @@ from .plan_request import DEFAULT_HEADROOM, FLOPS_CONVENTIONS, PlanRequest, coer
 from .recipe import apply_recipe
 from .recommend import describe, estimate, recommend
 from .tokenizer import TYPES as TOKENIZER_TYPES
-from .tokenizer import TokenizerFormatError, megatron_tokenizer
+from .tokenizer import TokenizerFormatError, detect_format, megatron_tokenizer
 
 
 def _dataclass_from(cls, values: Mapping[str, Any], problems: list[str], what: str):
@@ -71,6 +71,23 @@ def resolve_tokenizer(explicit: str | None, path: str, model: ModelSpec) -> tupl
     if explicit:
         if explicit not in TOKENIZER_TYPES:
             raise PlanError([f"tokenizer_type {explicit!r} is unknown; use one of {', '.join(TOKENIZER_TYPES)}"])
+        if os.path.isfile(path) or os.path.isdir(path):  # the controller has a copy: its format must be the type's
+            try:
+                detect_format(path)
+            except (TokenizerFormatError, OSError):
+                kind = note = explicit  # not a format the detection knows: Megatron is the judge
+            else:
+                try:
+                    kind, _, note = megatron_tokenizer(path)
+                except TokenizerFormatError as exc:
+                    raise PlanError([f"-e tokenizer_type={explicit}: {exc}"]) from None
+            if kind != explicit:
+                raise PlanError(
+                    [
+                        f"-e tokenizer_type={explicit} does not read -e tokenizer_path={path!r}: the controller's "
+                        f"copy is read by {kind} ({note}); give -e tokenizer_type={kind}, or leave it out (detected)"
+                    ]
+                )
         return explicit, path, "given"
     # Only a regular file or a directory is read (a FIFO or a device would block or mean nothing).
     if os.path.isfile(path) or os.path.isdir(path):
@@ -196,6 +213,7 @@ def _checked(r: PlanRequest) -> _Checked:
     problems += exp_name_problems(r.exp_name)
     problems += _option_problems({"run_id": r.run_id})
     problems += path_problems({"work_home": r.work_home, "data_path": r.data_path, "tokenizer_path": r.tokenizer_path})
+    problems += data_prefix_problems(r.data_path)
     spec = cluster = None
     try:
         spec = model_from_dict(r.model)
@@ -230,6 +248,11 @@ def _checked(r: PlanRequest) -> _Checked:
                     f"dataset {r.data_path} was tokenized with {dataset['vocab_size']} token ids, more than model "
                     f"{spec.name}'s vocabulary of {spec.vocab_size}: use the model's tokenizer, or a preset that fits"
                 )
+    if cluster is not None and request.precision == "fp8" and not cluster.fp8:
+        problems.append(
+            f"precision=fp8: the {cluster.card} has no FP8 ({cluster.profile} says fp8: false for it); "
+            "give -e precision=bf16, or set precision: bf16 in the inventory's all.vars"
+        )
     lay = None
     request, torch_norm_note = _without_apex(request, train_cfg, problems)
     if spec is not None and cluster is not None:
@@ -482,6 +505,16 @@ def path_problems(paths: Mapping[str, Any]) -> list[str]:
     """Paths inside the containers (:data:`.options.OPTIONS`' rule: absolute, one line, within Linux's lengths;
     ``data_path=mock`` is Megatron's mock data, not a path)."""
     return _option_problems(paths)
+
+
+def data_prefix_problems(data_path: str) -> list[str]:
+    """``data_path`` is the prefix Megatron adds ``.bin`` and ``.idx`` to, not one of the files or a directory."""
+    path = str(data_path or "")
+    if path.endswith((".bin", ".idx")):
+        return [f"-e data_path={path!r} names one of the files: give the prefix they share, {path[:-4]}"]
+    if path.endswith("/"):
+        return [f"-e data_path={path!r} names a directory: give the prefix of the .bin/.idx in it, as {path}<name>"]
+    return []
 
 
 def exp_name_problems(name: str | None) -> list[str]:
