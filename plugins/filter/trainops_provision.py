@@ -64,6 +64,7 @@ class FilterModule:
             "trainops_provision_rows": provision_rows,
             "trainops_collective_reusable": collective_reusable,
             "trainops_dataset_size_mismatch": dataset_size_mismatch,
+            "trainops_dataset_written_size_problems": dataset_manifest_core.written_size_problems,
             "trainops_device_cards": device_cards,
             "parse_allreduce_perf": parse_allreduce_perf,
         }

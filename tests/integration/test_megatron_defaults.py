@@ -43,6 +43,19 @@ def test_the_default_launch_trains_megatron_on_real_data_through_evaluations_sav
     if not has_megatron():
         pytest.skip("the stand-in image has no Megatron-LM tree (make megatron-src MEGATRON_TARBALL=...)")
     clean_experiment(EXP)
+    # a dataset copy cut short on one node (a copy that did not finish) is refused before the launch, by node and
+    # file, against the size its manifest says was written (-e health=off: the check under test comes after it)
+    data = "/data/datasets/testbed_text_document.bin"
+    in_container("node2", f"cp -p {data} /tmp/whole.bin && truncate -s -4096 {data}")
+    try:
+        cut = playbook("train.yml", "-e", "smoke=false", "-e", f"exp={EXP}", "-e", "health=off", *INTERVALS)
+    finally:
+        in_container("node2", f"mv -f /tmp/whole.bin {data}")
+    assert cut.returncode != 0
+    text = " ".join(cut.stdout.split())
+    cut_short = rf"node2: {data} is [\d,]+ bytes, but its manifest .* says data.yml wrote [\d,]+"
+    assert re.search(cut_short, text), text[-3000:]
+    assert "nothing was started" in text and "Start every node's launch" not in text
     done = playbook("train.yml", "-e", "smoke=false", "-e", f"exp={EXP}", "-e", "train_iters=8", *INTERVALS)
     assert done.returncode == 0, done.stdout[-6000:]
     assert "evaluation   10 iterations every 4 on the validation part of split '98,2,0'" in done.stdout

@@ -121,7 +121,7 @@ def has_megatron() -> bool:
 
 
 def latest_run(exp: str) -> Path:
-    """The newest run directory of an experiment on the controller (run ids are UTC timestamps)."""
+    """The newest run directory of an experiment on the controller (run ids begin with their UTC start time)."""
     runs = sorted((ROOT / "runs" / exp).glob("2*"))
     assert runs, f"no run of {exp!r} on the controller"
     return runs[-1]

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from trainops.dataset_manifest import written_size_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,8 +168,22 @@ def test_measure_sizes_the_dataset_pair_and_a_tokenizer_directory(tmp_path):
     (tmp_path / "tok" / "b.model").write_bytes(b"z" * 4)
     done = run("dataset", "measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
     assert done.returncode == 0, done.stderr
-    sizes = json.loads(done.stdout)
-    assert sizes == {str(tmp_path / "ds.bin"): 10, str(tmp_path / "ds.idx"): None, str(tmp_path / "tok"): 7}
+    measured = json.loads(done.stdout)
+    sizes = {str(tmp_path / "ds.bin"): 10, str(tmp_path / "ds.idx"): None, str(tmp_path / "tok"): 7}
+    assert measured == {"sizes": sizes, "manifest": None, "data_path_is_directory": False}
+    # with data.yml's manifest, its output part (what was written) comes too; a manifest cut short reads as none
+    (tmp_path / "ds.manifest.json").write_text(json.dumps({"output": {"bin_bytes": 12, "idx_bytes": 5}}))
+    done = run("dataset", "measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
+    assert json.loads(done.stdout)["manifest"] == {"bin_bytes": 12, "idx_bytes": 5}
+    problems = written_size_problems("node2", str(tmp_path / "ds"), sizes, {"bin_bytes": 12, "idx_bytes": 5})
+    assert problems == [
+        f"node2: {tmp_path / 'ds.bin'} is 10 bytes, but its manifest ({tmp_path / 'ds'}.manifest.json) says data.yml "
+        "wrote 12: a copy that did not finish, or another dataset under the same prefix; copy the .bin/.idx and the "
+        "manifest again from one source (or run playbooks/data.yml)"
+    ]  # the missing .idx is the missing-file refusal's
+    (tmp_path / "ds.manifest.json").write_text('{"output": {"bin_')
+    done = run("dataset", "measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
+    assert json.loads(done.stdout)["manifest"] is None
 
 
 # collective: allreduce_perf.py

@@ -216,8 +216,29 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     )
 
 
+def written_size_problems(node: str, data_path: str, sizes: Mapping[str, Any], output: Any) -> list[str]:
+    """Where a node's ``.bin``/``.idx`` are not the sizes its manifest says data.yml wrote (``output``: the
+    manifest's ``output`` part, ``bin_bytes`` and ``idx_bytes``; None: no manifest, nothing to compare), each naming
+    the node, the file, both sizes and the fix: a copy that did not finish, or data made again without its manifest."""
+    if not isinstance(output, Mapping):
+        return []
+    problems = []
+    for suffix, key in ((".bin", "bin_bytes"), (".idx", "idx_bytes")):
+        path, expected = data_path + suffix, output.get(key)
+        found = sizes.get(path)
+        if isinstance(expected, int) and found is not None and found != expected:
+            problems.append(
+                f"{node}: {path} is {found:,} bytes, but its manifest ({data_path}.manifest.json) says data.yml "
+                f"wrote {expected:,}: a copy that did not finish, or another dataset under the same prefix; copy "
+                "the .bin/.idx and the manifest again from one source (or run playbooks/data.yml)"
+            )
+    return problems
+
+
 def size_mismatch(sizes_by_node: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The files whose size differs between nodes, each as ``path: node1=SIZE node2=SIZE`` (``?``: missing)."""
+    """The files whose size differs between nodes, each as ``path: node1=SIZE node2=SIZE`` (``?``: missing); a node
+    not measured (no sizes: left out of the run, or a spare) is not compared."""
+    sizes_by_node = {node: sizes for node, sizes in sizes_by_node.items() if sizes}
     paths = list(dict.fromkeys(path for sizes in sizes_by_node.values() for path in (sizes or {})))
     lines = []
     for path in paths:

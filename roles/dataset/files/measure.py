@@ -2,8 +2,10 @@
 
     python3 -c "$(cat measure.py)" --data-path PREFIX --tokenizer-path PATH
 
-Prints ``{"PREFIX.bin": bytes, "PREFIX.idx": bytes, "PATH": bytes}`` as JSON: a directory's size is the sum of
-its files'; a missing path is null.
+Prints ``{"sizes": {"PREFIX.bin": bytes, "PREFIX.idx": bytes, "PATH": bytes}, "manifest": {...} | null}`` as
+JSON: a directory's size is the sum of its files'; a missing path is null. ``manifest`` is the ``output`` part of
+``PREFIX.manifest.json`` (what playbooks/data.yml wrote: ``bin_bytes``, ``idx_bytes``), null where there is none or
+it cannot be read (the planner names a bad manifest); ``data_path_is_directory`` when the prefix is a directory.
 """
 
 from __future__ import annotations
@@ -26,8 +28,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tokenizer-path", required=True, help="tokenizer file or directory")
     args = parser.parse_args(argv)
     paths = [args.data_path + ".bin", args.data_path + ".idx", args.tokenizer_path]
-    print(json.dumps({path: size(path) for path in paths}))
+    print(
+        json.dumps(
+            {
+                "sizes": {path: size(path) for path in paths},
+                "manifest": written(args.data_path),
+                "data_path_is_directory": os.path.isdir(args.data_path),
+            }
+        )
+    )
     return 0
+
+
+def written(prefix: str) -> dict | None:
+    try:
+        with open(prefix + ".manifest.json", encoding="utf-8") as handle:
+            output = json.load(handle).get("output")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return output if isinstance(output, dict) else None
 
 
 if __name__ == "__main__":
