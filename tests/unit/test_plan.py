@@ -113,7 +113,19 @@ def test_recommendations_ranked_and_explained():
     assert p["recommendation_table"][-1].startswith(
         "* the requested layout (tp=1 pp=2 cp=1 micro_batch_size=1) ranks #"
     )
-    assert sum(line.startswith("*") for line in p["recommendation_table"]) in (1, 2)
+    assert sum(line.startswith("*") for line in p["recommendation_table"]) == 2  # its row and its rank
+
+
+def test_the_requested_layout_has_its_row_even_when_it_ranks_below_the_table():
+    from trainops.plan import recommendation_lines
+
+    p = plan(layout={"tp": 8, "pp": 2}, recommend=True)
+    table = recommendation_lines(p["recommendations"], limit=3, requested=p)
+    mine = next(r for r in p["recommendations"] if (r["tp"], r["pp"]) == (8, 2) and r["mbs"] == 1 and not r["vpp"])
+    assert mine["rank"] > 3
+    rows = [line for line in table if line.startswith("*")]
+    assert len(rows) == 2 and rows[0].startswith(f"*{mine['rank']:>3}   8   2 "), table
+    assert table.index(rows[0]) == table.index(next(x for x in table if x.startswith("..."))) + 1
 
 
 def test_recommend_prefers_tp_inside_a_node(llama70b):
@@ -234,3 +246,20 @@ def test_a_data_path_is_a_prefix(data_path, words):
     with pytest.raises(PlanError) as refused:
         plan(layout={"tp": 1, "pp": 2}, data_path=data_path)
     assert any(words in p for p in refused.value.problems), refused.value.problems
+
+
+def test_the_advice_for_a_model_that_fits_nowhere_never_suggests_what_is_already_set():
+    one_node = HOSTS[:1]
+    with pytest.raises(PlanError) as auto:
+        plan(model=load_preset("llama3-70b"), hosts=one_node, layout={"tp": 8, "seq_length": 8192})
+    (text,) = auto.value.problems
+    assert "layouts that fit: none at this global batch; try more nodes" in text
+    assert "recompute=full" not in text and "mbs=1" not in text  # auto tried full; mbs is 1
+    with pytest.raises(PlanError) as given:
+        plan(
+            model=load_preset("llama3-70b"),
+            hosts=one_node,
+            layout={"tp": 8, "recompute": "full", "mbs": 2, "distributed_optimizer": False, "seq_length": 8192},
+        )
+    (text,) = given.value.problems
+    assert "try more nodes or mbs=1 or distributed_optimizer=true; or pass -e force=true" in text, text

@@ -339,10 +339,7 @@ def _does_not_fit(
         f"tp={r['tp']} pp={r['pp']}" + (f" vpp={r['vpp']}" if r["vpp"] else "") + f" mbs={r['mbs']} "
         f"({r['memory_gib']} GiB)"
         for r in better
-    ) or (
-        "none at this global batch; try more nodes"
-        + ("" if checked.layout.request.recompute == "full" else " or recompute=full")
-    )
+    ) or "none at this global batch; " + " or ".join(["try more nodes", *_memory_levers(checked.layout.request)])
     cluster = checked.cluster
     return (
         f"layout {checked.layout.exp_name} needs {memory['total']} GiB per card on stage {memory['most_loaded_stage']} "
@@ -350,6 +347,20 @@ def _does_not_fit(
         f"{cluster.card} allows {memory['limit']} GiB ({cluster.memory_gib} GiB minus "
         f"{headroom:.0%} headroom); layouts that fit: {hint}; or pass -e force=true"
     )
+
+
+def _memory_levers(req: LayoutRequest) -> list[str]:
+    """What else lowers the memory a card needs, leaving out what the request already set (recompute=auto has
+    already tried full, and chose it when nothing less fit)."""
+    return [
+        lever
+        for lever, set_already in (
+            ("recompute=full", req.recompute == "full"),
+            ("mbs=1", req.mbs == 1),
+            ("distributed_optimizer=true", req.distributed_optimizer),
+        )
+        if not set_already
+    ]
 
 
 def _operator_figures(checked: _Checked, headroom: float | None) -> dict[str, Any]:
@@ -753,15 +764,21 @@ def recommendation_lines(
         f"{'fits':>4} {'tok/s/card':>10}  where the time goes",
     ]
     mine = next((row for row in rows if requested is not None and _same_layout(row, requested)), None)
-    for row in rows[:limit]:
-        mark = "*" if row is mine else " "
-        out.append(
-            f"{mark}{row['rank']:>3} {row['tp']:>3} {row['pp']:>3} {row['vpp'] or '-':>3} {row['dp']:>4} "
-            f"{row['mbs']:>3} {row['num_microbatches']:>5} {row['global_batch_size']:>6} {row['memory_gib']:>7.1f} "
-            f"{'yes' if row['fits'] else 'NO':>4} {row['tokens_per_s_per_card']:>10.0f}  {row['why']}"
+    shown = rows[:limit]
+
+    def line(row: Mapping[str, Any]) -> str:
+        return (
+            f"{'*' if row is mine else ' '}{row['rank']:>3} {row['tp']:>3} {row['pp']:>3} {row['vpp'] or '-':>3} "
+            f"{row['dp']:>4} {row['mbs']:>3} {row['num_microbatches']:>5} {row['global_batch_size']:>6} "
+            f"{row['memory_gib']:>7.1f} {'yes' if row['fits'] else 'NO':>4} {row['tokens_per_s_per_card']:>10.0f}  "
+            f"{row['why']}"
         )
+
+    out += [line(row) for row in shown]
     if len(rows) > limit:
         out.append(f"... {len(rows) - limit} more in recommendations.json")
+    if mine is not None and all(row is not mine for row in shown):
+        out.append(line(mine))  # the requested layout always has its row
     if requested is not None:
         layout = " ".join(f"{other}={requested.get(other)}" for _, other in _ROW_KEYS if requested.get(other))
         out.append(
