@@ -88,6 +88,7 @@ class FilterModule:
         return {
             "trainops_running_text": running_text,
             "trainops_command": command,
+            "trainops_reproduce": invocation_core.reproduce,
             "trainops_stop_lines": stop_lines,
             "trainops_silent_nodes_text": silent_nodes_text,
             "trainops_status_text": status_text,

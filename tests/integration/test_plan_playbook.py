@@ -6,6 +6,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -98,6 +99,18 @@ def test_two_plans_started_together_get_two_runs_and_an_earlier_run_id_is_refuse
     assert len(runs) == 2 and all(re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", r.name) for r in runs), runs
     plans = [json.loads((r / "plan" / "plan.json").read_text()) for r in runs]
     assert [p["run_id"] for p in plans] == [r.name for r in runs]
+    # the command the plan prints runs the same plan (issue 38, point 9): its options, given to plan.yml
+    printed = next(line for line in results[0].stdout.splitlines() if line.startswith("train it:"))
+    words = shlex.split(printed.split(":", 1)[1])
+    assert words[:4] == ["ansible-playbook", "-i", "inventory/example", "train.yml"]
+    again = run_plan(*words[4:], "-e", f"runs_dir={tmp_path / 'again'}")
+    assert again.returncode == 0, again.stdout[-3000:]
+    (copy,) = (tmp_path / "again").glob("*/*/plan/plan.json")
+    replanned = json.loads(copy.read_text())
+    first = plans[0]  # the two plans differ only in their run ids
+    assert replanned["megatron_args"] == [
+        a.replace(first["run_id"], replanned["run_id"]) for a in first["megatron_args"]
+    ]
     before = (runs[0] / "plan" / "plan.json").read_bytes()
     again = run_plan(*same, "-e", f"run_id={runs[0].name}", "-e", "tp=2")
     assert again.returncode != 0

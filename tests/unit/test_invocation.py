@@ -61,6 +61,7 @@ def test_command_carries_the_inventory_and_the_options_the_next_playbook_reads()
     assert given == {
         "inventory": ["inventory/site", "/srv/my inv/hosts.yml"],
         "extra": {"work_home": "/srv/w", "launcher": "slurm", "runs_dir": "/r", "master_port": 15000},
+        "given": {"tp": 2, "work_home": "/srv/w", "launcher": "slurm", "runs_dir": "/r", "master_port": 15000},
     }
     status = invocation.command(given, "status")
     assert status == (
@@ -121,3 +122,33 @@ def test_printed_follow_ups_carry_the_inventory():
     told = run_groups.refusal("node1", [group], invocation.command(given, "stop"), invocation.command(given, "status"))
     assert "stop it with `ansible-playbook -i inventory/site stop.yml -e work_home=/srv/w`" in told
     assert "`ansible-playbook -i inventory/site playbooks/status.yml -e work_home=/srv/w` shows its progress" in told
+
+
+def test_the_plan_says_the_train_command_that_runs_it_exactly():
+    """The plan's command to copy (issue 38, point 9): this run's -i, the options given that train.yml reads (not
+    plan.yml's own, not the run id), and the plan's resolved values written out; it runs as one shell command."""
+    given = invocation.invocation(
+        [os.path.join(PROJECT, "inventory", "site")],
+        PROJECT,
+        {"tp": "2", "plan_dir": "/tmp/p", "run_id": "r1", "training": {"lr": 3e-4}, "work_home": "/srv/a b"},
+    )
+    plan = {"model": "tiny", "tp": 2, "pp": 1, "cp": 1, "vpp": None, "micro_batch_size": 1,
+            "global_batch_size": 64, "seq_length": 256, "precision": "bf16", "recompute": "none",
+            "train_iters": 500, "exp_name": "tiny-abc123_seq256_bf16_tp2_pp1_dp2_mbs1_numbs32_gbs64_gpus4"}  # fmt: skip
+    words = shlex.split(invocation.reproduce(given, plan))
+    assert words[:4] == ["ansible-playbook", "-i", "inventory/site", "train.yml"]
+    options = [words[i + 1] for i in range(4, len(words), 2)]
+    assert options == [
+        "tp=2",
+        '{"training": {"lr": 0.0003}}',
+        "work_home=/srv/a b",
+        "model=tiny",
+        "pp=1",
+        "mbs=1",
+        "gbs=64",
+        "seq_length=256",
+        "precision=bf16",
+        "recompute=none",
+        "train_iters=500",
+        f"exp={plan['exp_name']}",
+    ]

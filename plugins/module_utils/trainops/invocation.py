@@ -92,7 +92,48 @@ def invocation(sources: Sequence[str], project: str, extra: Mapping[str, Any]) -
     """What a follow-up command needs of this run: ``inventory`` (the sources as shown, none for ansible.cfg's
     :data:`NO_INVENTORY`) and ``extra`` (:func:`carried`)."""
     shown = [] if no_inventory(sources, project) else [shown_source(str(s), project) for s in sources]
-    return {"inventory": shown, "extra": carried(extra)}
+    return {
+        "inventory": shown,
+        "extra": carried(extra),
+        "given": {name: value for name, value in extra.items() if name in schema.OPTIONS},
+    }
+
+
+#: The plan's resolved values that :func:`reproduce` writes out, as the option that sets each (so that a later
+#: change of a default, or of the inventory's, does not change the run).
+_RESOLVED = (
+    ("model", "model"),
+    ("tp", "tp"),
+    ("pp", "pp"),
+    ("cp", "cp"),
+    ("vpp", "vpp"),
+    ("mbs", "micro_batch_size"),
+    ("gbs", "global_batch_size"),
+    ("seq_length", "seq_length"),
+    ("precision", "precision"),
+    ("recompute", "recompute"),
+    ("train_iters", "train_iters"),
+    ("exp", "exp_name"),
+)
+#: What a reproduction leaves out of the options given: a run id names one run (another run would be refused), and
+#: num_microbatches is what the global batch it sets already says.
+_NOT_REPRODUCED = ("run_id", "num_microbatches")
+
+
+def reproduce(given: Mapping[str, Any] | None, plan: Mapping[str, Any]) -> str:
+    """The train.yml command that runs this plan: this run's -i, every option given with -e that train.yml reads
+    (the training mapping, the data, the site's), and the plan's resolved layout, model, batch, precision,
+    recomputation, iterations and experiment written out."""
+    given = dict(given or {})
+    options = {
+        k: v
+        for k, v in (given.get("given") or {}).items()
+        if k not in _NOT_REPRODUCED and "train" in schema.OPTIONS[k].playbooks
+    }
+    options.update({option: plan.get(key) for option, key in _RESOLVED if plan.get(key) is not None})
+    if options.get("cp") == 1 and "cp" not in (given.get("given") or {}):
+        options.pop("cp")
+    return command({**given, "extra": {}}, "train", options)
 
 
 def _path(playbook: str) -> str:
