@@ -233,15 +233,30 @@ def _loopback_testbed(path: Path) -> Path:
     return path
 
 
+#: What a copy of the project leaves out without git to list its files (and every hidden file): outputs, the tests.
+_NOT_PROJECT = ("runs", "health", "third_party", "card-check", "tests", "benchmarks")
+
+
 def _project_files() -> list[str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [p for p in listed.split("\0") if p and (ROOT / p).is_file() and not p.startswith(("tests/", "benchmarks/"))]
+    """The project's files (git's list, else the tree less outputs), without the tests and benchmarks."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        listed = [
+            str(p.relative_to(ROOT))
+            for p in ROOT.rglob("*")
+            if p.relative_to(ROOT).parts[0] not in _NOT_PROJECT
+            and not p.relative_to(ROOT).parts[0].startswith(".")
+            and "__pycache__" not in p.parts
+            and not str(p.relative_to(ROOT)).startswith(("inventory/testbed", "testbed/.cache"))
+        ]
+    return [p for p in listed if p and (ROOT / p).is_file() and not p.startswith(("tests/", "benchmarks/"))]
 
 
 def _copy(files: list[str], source: Path, dest: Path) -> None:
