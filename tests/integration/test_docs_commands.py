@@ -480,6 +480,8 @@ _PROSE = [
     # `name` (30), (`name`, 14388)
     re.compile(r"`(?P<name>[a-z_][a-z0-9_]*)` \((?P<text>[0-9][0-9,.]*)\)"),
     re.compile(r"\(`(?P<name>[a-z_][a-z0-9_]*)`, (?P<text>[0-9][0-9,.]*)\)"),
+    # an inventory example's comment: `  slots: 8   # cards ... (1..16, default 8)`
+    re.compile(r"^\s*(?P<name>[a-z_][a-z0-9_]*):[^#\n]*#[^\n]*?\bdefault:? (?P<text>[^,;)\n]+)", re.M),
 ]
 #: A section about one option (``## Precision: `-e precision=fp8|bf16|fp32```): `value` (the default) in it.
 _SECTION = re.compile(r"^#+ .*`-e (?P<name>[a-z_][a-z0-9_]*)=")
