@@ -47,6 +47,20 @@ def test_unknown_names_are_refused_with_the_nearest_unless_allowed():
     assert lenient.problems == [] and "-e tpp: no such option" in lenient.warnings[0]
 
 
+def test_did_you_mean_points_only_at_what_this_playbook_reads():
+    """data.yml's builder settings are not suggested to train.yml; a backend profile's key says where it is set."""
+    (problem,) = check(given(extra={"megatron_home": "/x"})).problems
+    assert "did you mean" not in problem and "data_build" not in problem
+    assert "-e megatron_home: no such option; it is a key of the backend profile (backends/<accelerator>.yml" in problem
+    (problem,) = check(given(extra={"data_build_work_dr": "/y"})).problems
+    assert "did you mean" not in problem
+    problems = check(given("data", extra={"data_build_work_dr": "/y"})).problems  # and data.yml's required ones
+    assert any("-e data_build_work_dr: no such option; did you mean data_build_work_dir?" in p for p in problems)
+    # health.yml writes its incidents into runs_dir: it reads the option, without a warning
+    verdict = check(given("health", extra={"runs_dir": "/tmp/r"}))
+    assert verdict.problems == [] and verdict.warnings == []
+
+
 def test_an_option_another_playbook_reads_is_a_warning():
     verdict = check(given("stop", extra={"tp": "2"}))
     assert verdict.problems == []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import options as schema
-from .backend import load_profile, names
+from .backend import PROFILE_KEYS, load_profile, names
 from .cluster import cluster_from_hosts
 from .data_request import problems as data_problems
 from .errors import PlanError
@@ -170,13 +170,26 @@ def _lenient(given: Inputs) -> bool:
         return False  # reported with the other options
 
 
+def _readable(playbook: str) -> list[str]:
+    """The names a "did you mean" may suggest to ``playbook``: the options it reads, and the site's settings of its
+    roles (data.yml's builder's only to data.yml)."""
+    return [name for name, opt in schema.OPTIONS.items() if playbook in opt.playbooks] + [
+        name for name in schema.SITE_SETTINGS if playbook == "data" or not name.startswith("data_build_")
+    ]
+
+
 def _unknown(name: str, given: Inputs) -> str:
-    """The sentence for a name no playbook reads, with the nearest known one."""
-    near = schema.nearest(name, [*schema.OPTIONS, *schema.SITE_SETTINGS])
+    """The sentence for a name no playbook reads, with the nearest one this playbook reads."""
+    near = schema.nearest(name, _readable(given.playbook))
     own = (
         "; it is a role's own parameter, which the playbooks set from the options"
         if name in given.role_parameters
-        else ""
+        else (
+            f"; it is a key of the backend profile (backends/<accelerator>.yml: {name}), which describes the image: "
+            "edit the profile, or copy it to a profile of your own"
+            if name in PROFILE_KEYS
+            else ""
+        )
     )
     return (
         f"{name}: no such option{own}"

@@ -164,7 +164,7 @@ OPTIONS: dict[str, Option] = {
         _o("plan_dir", "controller_path", "Where plan.yml writes the plan, on the controller.", ("plan",),
            docs="docs/plan.md"),
         _o("runs_dir", "controller_path", "Directory of every run on the controller; unset: <project>/runs.",
-           ("plan", "train", "report", "incidents")),
+           ("plan", "train", "report", "incidents", "health")),
         # --- paths inside the containers, cluster facts -----------------------------------------------------------
         _o("work_home", "container_path", "Directory inside the containers for runs and checkpoints.",
            ("plan", "train", "stop", "status"), "/data/mtt-train-ops", where="cluster"),
