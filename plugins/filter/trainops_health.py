@@ -157,6 +157,11 @@ def plan_nodes(
         raise AnsibleFilterError(f"{exc}. Nothing was started.") from None
 
 
+def spares_last(nodes: list[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """The inventory's nodes with its spares last (trainops.node_choice.spares_last)."""
+    return node_choice.spares_last(_hosts(nodes, hostvars))
+
+
 def spares(nodes: list[str], hostvars: Mapping[str, Any]) -> list[str]:
     """The inventory's spares (``spare: true``), in its order."""
     return [n for n in nodes if _flag(hostvars, n, "spare")]
@@ -196,4 +201,5 @@ class FilterModule:
             "trainops_plan_nodes": plan_nodes,
             "trainops_replan_nodes": replan_nodes,
             "trainops_spares": spares,
+            "trainops_spares_last": spares_last,
         }

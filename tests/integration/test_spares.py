@@ -79,6 +79,12 @@ def test_plan_yml_plans_on_the_nodes_train_yml_starts_on(tmp_path):
     )
 
 
+def test_a_spare_listed_first_is_not_the_master(tmp_path):
+    hosts = {"node0": "ansible_host: 127.0.0.4, slots: 8, spare: true", **SPARE}
+    output = _run(tmp_path, "playbooks/plan.yml", _inventory(tmp_path, hosts))
+    assert _cluster(output).endswith("; master node1 127.0.0.1:14388"), output[-3000:]
+
+
 @pytest.mark.parametrize("playbook", ["playbooks/plan.yml", "train.yml", "provision.yml"])
 def test_a_master_that_is_a_spare_is_refused_before_any_node(tmp_path, playbook):
     hosts = dict(SPARE, node2="ansible_host: 127.0.0.2, slots: 8, spare: true, master: true")

@@ -124,6 +124,8 @@ def test_a_spare_with_fewer_slots_is_said_and_an_inventory_of_spares_named():
     with pytest.raises(AnsibleFilterError, match=r"^inventory: every node is a spare \(spare: true on node1, node2"):
         plan_nodes({}, nodes, spares, {})
     assert FILTERS["trainops_spares"](nodes, hostvars) == ["node3"]
+    first = {"node3": hostvars["node3"], "node1": hostvars["node1"], "node2": hostvars["node2"]}
+    assert FILTERS["trainops_spares_last"](["node3", "node1", "node2"], first) == ["node1", "node2", "node3"]
 
 
 def test_a_nodes_gathered_results_become_its_health_facts():

@@ -94,6 +94,14 @@ def test_an_inventory_of_spares_only_is_named_not_an_empty_list():
     assert node_choice.problems(spares, plans=True, use=["node1"]) == []
 
 
+def test_the_shared_cluster_puts_the_spares_last_so_its_master_is_train_yml_s():
+    """trainops_cluster_facts (status.yml's master, provision.yml's checks, data.yml's build host) orders the
+    nodes this way: a spare listed first is not the cluster's master."""
+    hosts = _hosts(node0="8,spare", node1="8", node2="8")
+    assert node_choice.spares_last(hosts) == ["node0", "node1", "node2"][1:] + ["node0"]
+    assert node_choice.spares_last(hosts)[0] == node_choice.choose(hosts, {})["nodes"][0] == "node1"
+
+
 def test_a_master_cannot_be_a_spare():
     hosts = _hosts(node1="8,master,spare", node2="8")
     assert node_choice.problems(hosts) == [

@@ -39,6 +39,15 @@ def rank_order(hosts: Sequence[Mapping[str, Any]]) -> list[str]:
     return masters + [h["name"] for h in hosts if h["name"] not in masters]
 
 
+def spares_last(hosts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Host names with the spares after the others, each group in the inventory's order: the order of the
+    cluster every playbook shares (trainops_cluster_facts), so that its master (the ``master: true`` host, else
+    the first) is the node train.yml makes the master, never a spare listed first."""
+    return [h["name"] for h in hosts if h.get("spare") is not True] + [
+        h["name"] for h in hosts if h.get("spare") is True
+    ]
+
+
 def problems(hosts: Sequence[Mapping[str, Any]], plans: bool = False, use: Sequence[str] = ()) -> list[str]:
     """What the inventory's spares contradict, each naming the node and the fix. ``hosts``: every node in the
     inventory's order, each with ``name`` and its converted ``master`` and ``spare``; ``plans``: the playbook
