@@ -242,3 +242,15 @@ def test_a_sites_backend_env_and_peak_reach_the_launch(tmp_path):
     assert refused.returncode != 0
     assert "-e backend_env={'NOT A NAME': 1} must map environment variable names" in refused.stdout
     assert not (tmp_path / "r").exists()
+
+
+def test_the_vendor_recipe_plans_through_the_playbook(tmp_path):
+    """-e recipe=vendor as a user gives it: the layout role passes train_iters and recompute only when given, so
+    the recipe's sample-based schedule and its recompute none apply (the core's test calls the planner directly)."""
+    result = run_plan("-e", "tp=1", "-e", "pp=2", "-e", "recipe=vendor", "-e", f"plan_dir={tmp_path}")
+    assert result.returncode == 0, result.stdout[-3000:]
+    args = json.loads((tmp_path / "plan.json").read_text())["megatron_args"]
+    assert args[args.index("--train-samples") + 1] == "24414062" and "--train-iters" not in args
+    assert "--recompute-granularity" not in args
+    printed = next(line for line in result.stdout.splitlines() if line.startswith("train it:"))
+    assert "-e recipe=vendor" in printed and "train_iters" not in printed

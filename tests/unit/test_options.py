@@ -3,6 +3,7 @@ default is the one every play and core module uses."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -146,6 +147,9 @@ def test_the_plays_use_the_schemas_defaults():
         expected = [opt.default, opt.extra.get("slurm_default") if "slurm" in where else opt.default]
         if value in ("", None) and opt.optional:
             continue
+        planners = {f.name: f.default for f in dataclasses.fields(layout.LayoutRequest)}
+        if value is None and planners.get(name, object()) == opt.default:
+            continue  # passed only when given (the vendor recipe tells them apart): the planner's default is the same
         if value in expected:
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value) in expected:

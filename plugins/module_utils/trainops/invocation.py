@@ -131,6 +131,8 @@ def reproduce(given: Mapping[str, Any] | None, plan: Mapping[str, Any]) -> str:
         if k not in _NOT_REPRODUCED and "train" in schema.OPTIONS[k].playbooks
     }
     options.update({option: plan.get(key) for option, key in _RESOLVED if plan.get(key) is not None})
+    if "--train-samples" in (plan.get("megatron_args") or []):
+        options.pop("train_iters", None)  # trained by samples (the vendor's recipe): train_iters is what they make
     if options.get("cp") == 1 and "cp" not in (given.get("given") or {}):
         options.pop("cp")
     return command({**given, "extra": {}}, "train", options)
