@@ -10,20 +10,16 @@ and stops there. No testbed needed.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from testbed import nodes_contacted
+from testbed import playbook as run_playbook
 
 pytestmark = pytest.mark.playbook
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 SMALL = ("-e", "model=tiny", "-e", "seq_length=128")
 
 
@@ -39,15 +35,7 @@ def _run(tmp_path: Path, playbook: str, inventory: Path, *extra: str) -> str:
     writes = ("-e", f"runs_dir={tmp_path / 'runs'}", "-e", f"health_dir={tmp_path / 'health'}")
     if playbook.endswith("plan.yml"):
         writes = ("-e", f"plan_dir={tmp_path / 'plan'}")
-    result = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *SMALL, *writes, *extra],
-        cwd=ROOT,
-        env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    output = result.stdout + result.stderr
+    output = run_playbook(playbook, *SMALL, *writes, *extra, inventory=inventory, timeout=300).stdout
     assert "Traceback" not in output, output[-3000:]
     return output
 
