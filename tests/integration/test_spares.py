@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,24 @@ def test_plan_yml_plans_on_the_nodes_train_yml_starts_on(tmp_path):
         == _cluster(trained)
         == ("cluster      2 node(s) [node1=127.0.0.1x8, node3=127.0.0.3x8], 16 x S5000; master node1 127.0.0.1:14388")
     )
+
+
+def test_plan_yml_leaves_out_what_train_yml_leaves_out(tmp_path):
+    """The incident record and -e exclude_nodes leave a node out of plan.yml's plan as of train.yml's, a spare in
+    its place, and plan.yml says so as train.yml does."""
+    (tmp_path / "runs").mkdir()
+    hang = {"node": "node1", "kind": "hang", "time": time.time() - 3600, "run": "exp/r1", "attempt": 1, "cause": "x"}
+    (tmp_path / "runs" / "incidents.jsonl").write_text((json.dumps(hang) + "\n") * 2)
+    inventory = _inventory(tmp_path, SPARE)
+    planned = _run(tmp_path, "playbooks/plan.yml", inventory, "-e", f"runs_dir={tmp_path / 'runs'}")
+    assert "node1 left out: implicated 2 times in 14 days (hang in exp/r1 attempt 1: x" in planned, planned[-3000:]
+    trained = _run(tmp_path, "train.yml", inventory)
+    assert _cluster(planned) == _cluster(trained) and _cluster(planned).startswith(
+        "cluster      2 node(s) [node2=127.0.0.2x8, node3=127.0.0.3x8]"
+    )
+    excluded = _run(tmp_path, "playbooks/plan.yml", inventory, "-e", "exclude_nodes=node2", "-e", "incident_limit=0")
+    assert "node2: left out by -e exclude_nodes" in excluded, excluded[-3000:]
+    assert _cluster(excluded).startswith("cluster      2 node(s) [node1=127.0.0.1x8, node3=127.0.0.3x8]")
 
 
 def test_a_spare_listed_first_is_not_the_master(tmp_path):

@@ -233,8 +233,9 @@ OPTIONS: dict[str, Option] = {
         _o("min_nodes", "int", "The fewest nodes an elastic re-plan may use.", ("train",), 1, minimum=1,
            docs="docs/train.md"),
         _o("incident_limit", "int", "Incidents within incident_window_days that leave a node out of the next run "
-           "(0: never).", ("train", "incidents"), 2, minimum=0, docs="docs/incidents.md"),
-        _o("incident_window_days", "float", "The days over which a node's incidents count.", ("train", "incidents"),
+           "(0: never).", ("plan", "train", "incidents"), 2, minimum=0, docs="docs/incidents.md"),
+        _o("incident_window_days", "float", "The days over which a node's incidents count.",
+           ("plan", "train", "incidents"),
            14.0,
            minimum=0.0, above=True, docs="docs/incidents.md"),
         # --- train.yml's checkpoints ------------------------------------------------------------------------------
@@ -289,10 +290,11 @@ OPTIONS: dict[str, Option] = {
         _o("health", "choice", "What train.yml does with a sick node before a launch: leave it out (exclude), only "
            "name it (warn), or skip the check (off).", ("train",), "exclude", choices=("off", "warn", "exclude"),
            docs="docs/health.md"),
-        _o("exclude_nodes", "names", "Nodes train.yml leaves out, whatever their health.", ("train",),
+        _o("exclude_nodes", "names", "Nodes train.yml (and plan.yml) leave out, whatever their health.",
+           ("plan", "train"),
            docs="docs/health.md"),
         _o("use_nodes", "names", "The only nodes train.yml plans on (over the health check and the incident "
-           "record).", ("train",), docs="docs/health.md"),
+           "record); plan.yml too.", ("plan", "train"), docs="docs/health.md"),
         _o("health_min_free_gib", "float", "Free GiB where checkpoints go below which health.yml and provision.yml "
            "call a node sick (train.yml compares with its plan's checkpoint size).", ("health", "provision"), 0.0,
            minimum=0.0, docs="docs/health.md"),
