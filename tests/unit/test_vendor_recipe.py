@@ -126,6 +126,7 @@ def test_the_recipe_in_numbers():
     # Megatron trains train_samples // gbs iterations; the plan says as many
     assert p2["train_iters"] == 24414062 // 1024 and p1["train_iters"] == 24414062 // 2048
     assert p2["recipe"] == "vendor" and p2["recompute"] == "none"
+    assert p2["recompute_reason"] == "none (the vendor's recipe recomputes nothing)"  # not "given"
     assert any(line.startswith("recipe       vendor") for line in p2["summary"])
 
 

@@ -267,6 +267,8 @@ def _checked(r: PlanRequest) -> _Checked:
             )
             if torch_norm_note:
                 lay = replace(lay, warnings=(*lay.warnings, torch_norm_note))
+            if request.recipe == "vendor" and (r.layout or {}).get("recompute") in (None, ""):
+                lay = replace(lay, recompute_reason=f"{request.recompute} (the vendor's recipe recomputes nothing)")
         except PlanError as exc:
             problems += exc.problems
     if lay is not None and train_cfg.train_samples:
