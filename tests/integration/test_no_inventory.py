@@ -123,3 +123,22 @@ def test_a_printed_follow_up_carries_the_inventory_and_the_site_options(tmp_path
         f"ansible-playbook -i {quoted} playbooks/report.yml -e container_name=c2 -e run='/r/e/a b'"
     ) in output.replace("\\'", "'"), output
     assert not nodes_contacted(output)
+
+
+@pytest.mark.parametrize("playbook", ["stop.yml", "train.yml", "playbooks/health.yml"])
+def test_a_limit_without_localhost_is_refused_before_any_node(playbook, tmp_path):
+    """--limit node2 would skip the input check (a play on localhost) and go on to the nodes: refused, with the
+    --limit that keeps the check (issue 38: stop.yml exited 0 having stopped nothing, a bad value unrefused)."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars: {accelerator: cpu, ansible_port: 1}\n  children:\n    nodes:\n      hosts:\n"
+        "        node1: {ansible_host: 127.0.0.1, slots: 2}\n        node2: {ansible_host: 127.0.0.2, slots: 2}\n"
+    )
+    result = ansible_playbook("-i", str(inventory), playbook, "--limit", "node2", "-e", "stop_grace=-5")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    name = playbook.rsplit("/", 1)[-1]
+    assert f"--limit node2 leaves out localhost, where {name} checks every input" in output, output[-3000:]
+    assert "--limit 'node2,localhost'" in output and "unreachable=1" not in output
+    kept = ansible_playbook("-i", str(inventory), playbook, "--limit", "node2,localhost", "-e", "stop_grace=-5")
+    assert "leaves out localhost" not in kept.stdout and "Check every option and the inventory" in kept.stdout
