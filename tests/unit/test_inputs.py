@@ -47,6 +47,19 @@ def test_unknown_names_are_refused_with_the_nearest_unless_allowed():
     assert lenient.problems == [] and "-e tpp: no such option" in lenient.warnings[0]
 
 
+def test_a_selection_a_playbook_does_not_make_is_refused_not_ignored():
+    """stop.yml -e exp=... stopped every run with a warning that exp is ignored: it acts on more than asked."""
+    verdict = check(given("stop", extra={"exp": "myexp", "run_id": "first"}))
+    assert verdict.problems == [
+        f"-e {name}: stop.yml has no such selection: it stops every launch of this bundle on every node of the "
+        f"inventory; drop -e {name}, or give --limit 'NODE,localhost' for the nodes to act on"
+        for name in ("exp", "run_id")
+    ]
+    (problem,) = check(given("health", extra={"exclude_nodes": "node2"})).problems
+    assert problem.startswith("-e exclude_nodes: health.yml has no such selection: it checks every node")
+    assert check(given("stop", extra={"tp": "2"})).problems == []  # an option of another kind stays a warning
+
+
 def test_did_you_mean_points_only_at_what_this_playbook_reads():
     """data.yml's builder settings are not suggested to train.yml; a backend profile's key says where it is set."""
     (problem,) = check(given(extra={"megatron_home": "/x"})).problems

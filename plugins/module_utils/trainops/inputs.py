@@ -198,6 +198,17 @@ def _unknown(name: str, given: Inputs) -> str:
     )
 
 
+#: Options that would seem to narrow what a playbook acts on, but that it does not read: ignoring one would act on
+#: more than asked (stop.yml with -e exp=... stops every run), so each is refused, saying what the playbook does.
+_STOPS_ALL = "it stops every launch of this bundle on every node of the inventory"
+_CHECKS_ALL = "it checks every node of the inventory"
+SELECTS = {
+    "stop": {name: _STOPS_ALL for name in ("exp", "run_id", "run", "use_nodes", "exclude_nodes")},
+    "health": {name: _CHECKS_ALL for name in ("use_nodes", "exclude_nodes")},
+    "provision": {name: "it provisions every node of the inventory" for name in ("use_nodes", "exclude_nodes")},
+}
+
+
 #: Prefixes of the names other tools put in an inventory, never the bundle's options: Ansible's own connection
 #: variables, and Molecule's (its generated inventory's all.vars: molecule_file, molecule_yml, ...).
 OTHER_TOOLS = ("ansible_", "molecule_")
@@ -216,6 +227,11 @@ def _unknown_options(given: Inputs, extra: Written, out: Verdict) -> None:
                                     "drop the space")  # fmt: skip
         elif opt is None:
             (out.warnings if lenient else out.problems).append(f"-e {_unknown(name, given)}")
+        elif given.playbook not in opt.playbooks and name in SELECTS.get(given.playbook, ()):
+            out.problems.append(
+                f"-e {name}: {given.playbook}.yml has no such selection: {SELECTS[given.playbook][name]}; drop -e "
+                f"{name}, or give --limit 'NODE,localhost' for the nodes to act on"
+            )
         elif given.playbook not in opt.playbooks:
             readers = ", ".join(f"{p}.yml" for p in opt.playbooks)
             out.warnings.append(f"-e {name} is not read by {given.playbook}.yml (it is read by {readers}); ignored")
