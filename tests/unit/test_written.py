@@ -87,3 +87,7 @@ def test_an_extra_argument_a_space_split_says_so():
         "(-e \"exclude_nodes='node1, node2'\")"
     ]
     assert read_extra(["msg={{ a }}"]).problems == []  # a template's spaces are Ansible's to split
+    # a mapping after name= is split at its spaces too: the fix that works is the one JSON argument
+    split = read_extra(['training={"save_interval": 0}'])
+    assert split.problems[0].endswith('give it as one JSON argument: -e \'{"training": {"save_interval": 0}}\'')
+    assert split.split == {"training"}  # its value's own problem is this one

@@ -104,7 +104,7 @@ def check(given: Inputs) -> Verdict:
     _unknown_options(given, extra, out)
     inventory = read_inventory([source for source, exists in given.inventory_sources.items() if exists])
     # an option whose value YAML rewrote, or that is set where it is not read, has that problem, not its value's
-    told = _as_written(given, inventory, extra, out)
+    told = _as_written(given, inventory, extra, out) | extra.split
     accelerators = _accelerators(given.backends_dir)
     for opt in schema.read_by(given.playbook):
         if opt.where == "host":

@@ -58,6 +58,8 @@ class Written:
     settings: list[Setting] = field(default_factory=list)
     #: What the text shows to be wrong, one sentence each.
     problems: list[str] = field(default_factory=list)
+    #: The names whose -e argument a space split (their value is only a part: that problem is theirs).
+    split: set[str] = field(default_factory=set)
 
 
 def read_inventory(sources: Sequence[str]) -> Written:
@@ -110,7 +112,11 @@ def _kv(argument: str, out: Written) -> None:
     before = next((w for w in reversed(words[: words.index(stray[0])]) if "=" in w), "")
     name = before.partition("=")[0]
     fix = "quote the value or drop the space"
-    if before:
+    name_given, _, value_given = argument.partition("=")
+    out.split.add((before or argument).partition("=")[0])
+    if value_given.lstrip().startswith(("{", "[")):  # a mapping or list after name=: Ansible splits it at its spaces
+        fix = f"give it as one JSON argument: -e '{{\"{name_given}\": {value_given.strip()}}}'"
+    elif before:
         spaced = argument[argument.rfind(before) + len(name) + 1 :]
         fix = f"drop the space (-e {before}{''.join(stray)}) or quote the value (-e \"{name}='{spaced}'\")"
     out.problems.append(
