@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import difflib
 import ipaddress
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -543,7 +544,7 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
         return text
     if kind in ("map", "env"):
         if not isinstance(value, Mapping):
-            raise bad(f"is not a mapping; {opt.fix or 'give it as JSON: -e ' + repr({opt.name: {}})}")
+            raise bad(f"is not a mapping; {opt.fix or 'give it as one JSON argument: -e ' + _json_example(opt.name)}")
         if kind == "env":
             _env_problem(opt, value, bad)
         return dict(value)
@@ -594,6 +595,11 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
         except ValueError as exc:
             raise bad(str(exc)) from None
     raise AssertionError(f"option {opt.name}: unknown kind {kind}")
+
+
+def _json_example(name: str) -> str:
+    """``'{"backend_env": {"NAME": "value"}}'``: a mapping option as one -e argument, quoted for a shell."""
+    return "'" + json.dumps({name: {"NAME": "value"}}) + "'"
 
 
 def _wanted(opt: Option) -> str:
