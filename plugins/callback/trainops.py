@@ -26,8 +26,15 @@ undefined variable) keeps the default's result, printed once: ``fatal: [host]: F
 then the result's other fields (a Python traceback in them cut to its last frame and the exception, ``stdout_lines``
 left out as ``stdout`` again) and Ansible's help; one that is not a returned failure (a crash, a template error)
 also names where it happened (``origin: path:line:column``), the traceback Ansible captured, if any, cut the same
-way, and how to see more. ``-v`` and above print exactly what the default callback prints (the chain, the source
-excerpts, every field of the result); ``ANSIBLE_DISPLAY_TRACEBACK=error`` adds the tracebacks Ansible captured.
+way, and how to see more.
+
+A host that cannot be reached prints one line, ``unreachable: [host] (address): <the connection's last line>`` where
+the task ignores it (``ignore_unreachable``: reach.yml and stop.yml ping so, then say themselves which nodes did not
+answer and what it means), ``fatal: [host]: UNREACHABLE! (address): ...`` where it does not; not the default's
+``[ERROR]`` block (the chain, the task's source excerpt), the result dumped and ``...ignoring``.
+
+``-v`` and above print exactly what the default callback prints (the chain, the source excerpts, every field of the
+result); ``ANSIBLE_DISPLAY_TRACEBACK=error`` adds the tracebacks Ansible captured.
 """
 
 from __future__ import annotations
@@ -51,7 +58,8 @@ DOCUMENTATION = """
           or a trainops_* filter's error) prints its message once, without Ansible's source excerpt or its
           "caused by" chain. Other failures print the default's result once, with Python tracebacks cut to their
           last frame and the exception.
-        - With -v or more, failures print what the default callback prints.
+        - An unreachable host prints one line (the host, its address, the connection's error).
+        - With -v or more, failures and unreachable hosts print what the default callback prints.
     extends_documentation_fragment:
       - default_callback
       - result_format_callback
@@ -214,6 +222,38 @@ def helps(events: Iterable[Any]) -> list[str]:
     return [text for text in dict.fromkeys(str(getattr(e, "help_text", "") or "").strip() for e in events) if text]
 
 
+#: What Ansible puts before an unreachable host's error: the task's failure, the connection plugin's sentence.
+_UNREACHABLE_HEADS = re.compile(r"^(Task failed:\s*)?(Failed to connect to the host via \w+:\s*)?")
+
+
+def connection_error(msg: Any) -> str:
+    """An unreachable result's error as one line: the last line the connection said (ssh's own, after its warnings:
+    "ssh: connect to host 10.0.0.2 port 22: Connection refused", "Host key verification failed."), without
+    Ansible's "Task failed: Failed to connect to the host via ssh: " before it."""
+    lines = [line.strip() for line in str(msg or "").splitlines() if line.strip()]
+    last = _UNREACHABLE_HEADS.sub("", lines[-1]) if lines else ""
+    return last or (_UNREACHABLE_HEADS.sub("", lines[0]) if lines else "") or "no answer"
+
+
+def host_address(host: Any) -> str | None:
+    """How the controller reaches a host (its ``ansible_host`` in the inventory), None when that is its name, is
+    not set on the host itself or is a template."""
+    address = (getattr(host, "vars", None) or {}).get("ansible_host")
+    if not isinstance(address, str) or not address.strip() or "{{" in address or address == getattr(host, "name", None):
+        return None
+    return address.strip()
+
+
+def unreachable_text(label: str, address: str | None, msg: Any, ignored: bool) -> str:
+    """An unreachable host in one line: the host, its address and the connection's error. ``ignored``
+    (``ignore_unreachable``: the playbook checks the result itself and says what it means) reads as a note,
+    not as the run's end."""
+    where = f" ({address})" if address else ""
+    if ignored:
+        return f"unreachable: [{label}]{where}: {connection_error(msg)}"
+    return f"fatal: [{label}]: UNREACHABLE!{where}: {connection_error(msg)}"
+
+
 def last_traceback(events: Iterable[Any]) -> str | None:
     """The innermost traceback Ansible captured (with ANSIBLE_DISPLAY_TRACEBACK=error), compacted."""
     found = [t for t in (getattr(e, "formatted_traceback", None) for e in events) if t]
@@ -240,6 +280,22 @@ class CallbackModule(DefaultCallback):
             super().v2_runner_on_failed(result, ignore_errors)
         elif ignore_errors:
             self._display.display("...ignoring", color=C.COLOR_SKIP)
+
+    def v2_runner_on_unreachable(self, result: Any) -> None:
+        """An unreachable host in one line (:func:`unreachable_text`), instead of the default's ``[ERROR]`` block
+        (the chain, the task's source excerpt), the result dumped and ``...ignoring``; -v prints the default's."""
+        if self._display.verbosity > 0:
+            super().v2_runner_on_unreachable(result)
+            return
+        if self._last_task_banner != result.task._uuid:
+            self._print_task_banner(result.task)
+        res = result.result
+        self._handle_warnings(res)
+        res.pop("exception", None)  # the [ERROR] block's, said here in the one line
+        text = unreachable_text(
+            self.host_label(result), host_address(result.host), res.get("msg"), bool(result.task.ignore_unreachable)
+        )
+        self._display.display(text, color=C.COLOR_UNREACHABLE, stderr=self.get_option("display_failed_stderr"))
 
     def v2_runner_item_on_failed(self, result: Any) -> None:
         head = f"failed: [{self.host_label(result)}] (item={self._get_item_label(result.result)})"

@@ -81,6 +81,18 @@ REFUSALS = [
 ]
 
 
+#: Two nodes where nothing answers (loopback, port 1: each SSH is refused at once).
+UNREACHABLE = """\
+all:
+  vars: {accelerator: musa, ansible_user: root, ansible_port: 1}
+  children:
+    nodes:
+      hosts:
+        node1: {ansible_host: 127.0.0.1, slots: 8, master: true}
+        node2: {ansible_host: 127.0.0.2, slots: 8}
+"""
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", PATH=f"{BIN}{os.pathsep}{env['PATH']}")
@@ -172,6 +184,9 @@ def outputs(tmp_path_factory) -> dict[str, tuple[int, str]]:
             places += ["-e", f"plan_dir={tmp / 'file' / 'plan' if hosts is None else tmp / case / 'plan'}"]
         runs[case] = (["-i", str(inventory), playbook, *places, *extra], {})
     runs["verbose"] = ([*runs["layout"][0], "-v"], {})
+    (tmp / "unreachable.yml").write_text(UNREACHABLE)
+    runs["unreachable"] = (["-i", str(tmp / "unreachable.yml"), "playbooks/status.yml"], {})
+    runs["unreachable-verbose"] = ([*runs["unreachable"][0], "-v"], {})
     (tmp / "library").mkdir()
     (tmp / "library" / "crashing_module.py").write_text(MODULE)
     (tmp / "filters").mkdir()
@@ -254,3 +269,28 @@ def test_a_captured_traceback_is_cut_to_its_last_frame(outputs):
     assert "KeyError: 'no such key'" in bug and ", in bug" in bug, bug
     refusal = output.split("TASK [A bundle filter that refuses]")[1].split("TASK [")[0]
     assert "Traceback" not in refusal and "refused for the test (in trainops_test_refusal)" in refusal, refusal
+
+
+def test_an_unreachable_node_is_one_line_then_the_bundles_summary(outputs):
+    """reach.yml pings every node with ignore_unreachable, then says which did not answer: each node is one line
+    (host, address, ssh's error), none of Ansible's error block, result dump or "...ignoring"."""
+    status, output = outputs["unreachable"]
+    assert status != 0, output
+    refused = "ssh: connect to host 127.0.0.1 port 1: Connection refused"
+    assert f"unreachable: [node1] (127.0.0.1): {refused}\n" in output, output
+    assert "unreachable: [node2] (127.0.0.2): ssh: connect to host 127.0.0.2 port 1" in output, output
+    summary = (
+        "fatal: [localhost]: node1 (127.0.0.1) is unreachable: ",
+        "Nothing was changed on any node. Check that the host is up and that SSH as root works, then run again.",
+    )
+    assert all(output.count(part) == 1 for part in summary), output
+    for detail in (*ANSIBLE_DETAIL, "caused by", "...ignoring", "UNREACHABLE!", "msg:"):
+        assert detail not in output, f"{detail!r} in:\n{output}"
+    # the unreachable line, the summary, the recap
+    assert len([line for line in output.splitlines() if "node1" in line]) <= 3, output
+
+
+def test_an_unreachable_node_shows_ansibles_detail_with_verbose(outputs):
+    status, output = outputs["unreachable-verbose"]
+    assert status != 0, output
+    assert "fatal: [node1]: UNREACHABLE! =>" in output and "Origin:" in output and "...ignoring" in output, output

@@ -219,3 +219,46 @@ def test_the_last_captured_traceback_is_compacted():
     events = chain("Task failed.", "Module failed.", "'key'", traceback=TRACEBACK.split("\n", 1)[1])
     assert callback.last_traceback(events).endswith("    table[\"key\"]\nKeyError: 'key'")
     assert callback.last_traceback(chain("Task failed.", "x")) is None
+
+
+SSH_REFUSED = "ssh: connect to host 127.0.0.2 port 1: Connection refused"
+
+
+@pytest.mark.parametrize(
+    ("msg", "said"),
+    [
+        (f"Task failed: Failed to connect to the host via ssh: {SSH_REFUSED}", SSH_REFUSED),
+        (  # ssh's warnings first, its error last
+            "Task failed: Failed to connect to the host via ssh: Warning: Permanently added '10.0.0.2' (ED25519) to "
+            "the list of known hosts.\r\nroot@10.0.0.2: Permission denied (publickey,password).",
+            "root@10.0.0.2: Permission denied (publickey,password).",
+        ),
+        ("Task failed: Failed to connect to the host via ssh: ", "no answer"),
+        (None, "no answer"),
+        ("Data could not be sent to remote host", "Data could not be sent to remote host"),
+    ],
+)
+def test_an_unreachable_hosts_error_is_the_connections_last_line(msg, said):
+    assert callback.connection_error(msg) == said
+
+
+def test_an_unreachable_host_is_one_line_with_its_address():
+    msg = f"Task failed: Failed to connect to the host via ssh: {SSH_REFUSED}"
+    assert callback.unreachable_text("node2", "127.0.0.2", msg, ignored=True) == (
+        f"unreachable: [node2] (127.0.0.2): {SSH_REFUSED}"
+    )
+    fatal = callback.unreachable_text("node2", None, msg, ignored=False)
+    assert fatal == f"fatal: [node2]: UNREACHABLE!: {SSH_REFUSED}"
+
+
+@pytest.mark.parametrize(
+    ("name", "host_vars", "address"),
+    [
+        ("node2", {"ansible_host": "127.0.0.2"}, "127.0.0.2"),
+        ("node2", {}, None),  # reached by its name
+        ("node2", {"ansible_host": "node2"}, None),
+        ("node2", {"ansible_host": "{{ fabric_ip }}"}, None),  # a template: not what it connected to
+    ],
+)
+def test_a_hosts_address_is_its_ansible_host(name, host_vars, address):
+    assert callback.host_address(SimpleNamespace(name=name, vars=host_vars)) == address
