@@ -263,3 +263,17 @@ def test_the_advice_for_a_model_that_fits_nowhere_never_suggests_what_is_already
         )
     (text,) = given.value.problems
     assert "try more nodes or mbs=1 or distributed_optimizer=true; or pass -e force=true" in text, text
+
+
+def test_an_unknown_card_names_the_one_meant():
+    def refused(card):
+        with pytest.raises(PlanError) as exc:
+            cluster_from_hosts([dict(h, accelerator_card=card) for h in HOSTS], BACKENDS)
+        return exc.value.problems
+
+    assert refused("s5000") == ["accelerator_card='s5000' is not a card of the musa profile; did you mean S5000?"]
+    assert refused("H100") == [
+        "accelerator_card='H100' is a card of the cuda profile, not of musa (the inventory's accelerator): give "
+        "accelerator=cuda, or a musa card (S5000, S4000)"
+    ]
+    assert "has no known memory size; set accelerator_memory_gib" in refused("X9")[0]

@@ -187,10 +187,7 @@ def cluster_from_hosts(
         problems.append(f"nodes mix cards {cards}; one job runs on one kind")
     card = cards[0] if cards else ""
     if profile and card not in known and accelerator_memory_gib is None:
-        problems.append(
-            f"card {card!r} has no known memory size; set accelerator_memory_gib (the {profile.get('name')} "
-            f"profile's cards: {', '.join(known)})"
-        )
+        problems.append(_unknown_card_text(card, profile, backends))
     if problems:
         raise PlanError(problems)
 
@@ -212,6 +209,26 @@ def cluster_from_hosts(
         profile=f"backends/{parsed[0][3]}.yml",
         intra_busbw_gbps=float(facts["intra_busbw_gbps"]),
         inter_busbw_gbps=float(inter_busbw_gbps or DEFAULT_INTER_BUSBW_GBPS),
+    )
+
+
+def _unknown_card_text(card: str, profile: Mapping[str, Any], backends: Mapping[str, Mapping[str, Any]]) -> str:
+    """A card the accelerator's profile does not list: the one meant (another spelling, or another accelerator's
+    card), else how to plan on it anyway."""
+    known = profile.get("cards") or {}
+    name = profile.get("name")
+    same = [c for c in known if c.lower() == card.lower()]
+    if same:
+        return f"accelerator_card={card!r} is not a card of the {name} profile; did you mean {same[0]}?"
+    other = [a for a, p in backends.items() if a != name and card.lower() in {c.lower() for c in p.get("cards") or {}}]
+    if other:
+        return (
+            f"accelerator_card={card!r} is a card of the {other[0]} profile, not of {name} (the inventory's "
+            f"accelerator): give accelerator={other[0]}, or a {name} card ({', '.join(known)})"
+        )
+    return (
+        f"card {card!r} has no known memory size; set accelerator_memory_gib (the {name} profile's cards: "
+        f"{', '.join(known)})"
     )
 
 
