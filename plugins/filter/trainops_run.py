@@ -54,8 +54,15 @@ def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return outcome_core.stop_lines(nodes)
 
 
-def silent_nodes_text(nodes: Sequence[Mapping[str, Any]], result_key: str, verb: str, then: str) -> str:
-    return outcome_core.silent_nodes_text(nodes, result_key, verb, then)
+def silent_nodes_text(
+    nodes: Sequence[Mapping[str, Any]],
+    result_key: str,
+    verb: str,
+    then: str,
+    when_all: str | None = None,
+    total: int | None = None,
+) -> str:
+    return outcome_core.silent_nodes_text(nodes, result_key, verb, then, when_all, total)
 
 
 def status_text(probes: Sequence[Mapping[str, Any]]) -> str:

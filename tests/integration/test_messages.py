@@ -187,6 +187,7 @@ def outputs(tmp_path_factory) -> dict[str, tuple[int, str]]:
     (tmp / "unreachable.yml").write_text(UNREACHABLE)
     runs["unreachable"] = (["-i", str(tmp / "unreachable.yml"), "playbooks/status.yml"], {})
     runs["unreachable-verbose"] = ([*runs["unreachable"][0], "-v"], {})
+    runs["unreachable-stop"] = (["-i", str(tmp / "unreachable.yml"), "playbooks/stop.yml"], {})
     (tmp / "library").mkdir()
     (tmp / "library" / "crashing_module.py").write_text(MODULE)
     (tmp / "filters").mkdir()
@@ -294,3 +295,10 @@ def test_an_unreachable_node_shows_ansibles_detail_with_verbose(outputs):
     status, output = outputs["unreachable-verbose"]
     assert status != 0, output
     assert "fatal: [node1]: UNREACHABLE! =>" in output and "Origin:" in output and "...ignoring" in output, output
+
+
+def test_stop_with_every_node_silent_says_nothing_was_stopped(outputs):
+    status, output = outputs["unreachable-stop"]
+    assert status != 0, output
+    assert "No node answered: nothing was stopped or checked. When the nodes answer, run stop.yml again." in output
+    assert "the nodes that answered were" not in output and "the other nodes" not in output, output

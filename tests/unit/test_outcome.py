@@ -91,6 +91,17 @@ def test_silent_nodes_are_named_with_their_address_and_error():
     assert text == "node2 (172.30.0.12) is unreachable: Connection timed out. Nothing was changed on any node."
 
 
+def test_when_every_node_is_silent_the_text_says_so_not_the_others():
+    silent = [_node(f"node{i}", reach_ping={"msg": "refused"}) for i in (1, 2)]
+    args = ("reach_ping", "did not answer", "The nodes that answered were stopped.")
+    every = "No node answered: nothing was stopped or checked."
+    assert outcome.silent_nodes_text(silent, *args, every, 2) == (
+        "node1 (node1) did not answer: refused. node2 (node2) did not answer: refused. " + every
+    )
+    assert outcome.silent_nodes_text(silent[:1], *args, every, 2).endswith(" refused. " + args[2])
+    assert outcome.silent_nodes_text(silent, *args).endswith(" refused. " + args[2])  # no when_all: then
+
+
 def test_status_text_shows_each_runs_nodes_progress_and_hang():
     watch = {
         "nodes": {"node1": {"state": "running", "detail": "4242"}, "node2": {"state": "exited", "detail": "rc 1"}},

@@ -99,15 +99,25 @@ def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def silent_nodes_text(nodes: Sequence[Mapping[str, Any]], result_key: str, verb: str, then: str) -> str:
+def silent_nodes_text(
+    nodes: Sequence[Mapping[str, Any]],
+    result_key: str,
+    verb: str,
+    then: str,
+    when_all: str | None = None,
+    total: int | None = None,
+) -> str:
     """The nodes that did not answer, each named with its address (``ansible_host``), ``verb`` and the error of
-    its ping result (``node[result_key].msg``), then ``then`` (what happened to the others and what to do)."""
+    its ping result (``node[result_key].msg``), then ``then`` (what happened to the others and what to do); or
+    ``when_all`` instead where every node was silent (``nodes`` are all ``total`` of them): then there were no
+    others."""
     named = " ".join(
         f"{node['name']} ({node.get('ansible_host') or node['name']}) {verb}: "
         f"{clip(str((node.get(result_key) or {}).get('msg') or 'no answer').strip(), 200)}."
         for node in nodes
     )
-    return f"{named} {then}"
+    every = when_all is not None and total is not None and len(nodes) >= total
+    return f"{named} {when_all if every else then}"
 
 
 def status_text(runs: Sequence[Mapping[str, Any]]) -> str:
