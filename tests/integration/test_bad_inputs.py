@@ -131,7 +131,12 @@ CASES = [
     ("recommend-bool", "playbooks/plan.yml", ("-e", "recommend=maybe"), "-e recommend='maybe' must be true or false"),
     ("smoke-bool", "playbooks/plan.yml", ("-e", "smoke=maybe"), "-e smoke='maybe' must be true or false"),
     ("tokenizer-type", "playbooks/plan.yml", ("-e", "tokenizer_type=Foo"), "-e tokenizer_type='Foo' must be one of"),
-    ("training-unknown", "playbooks/plan.yml", _e(training={"lrr": 1}), "unknown training option(s) ['lrr']"),
+    (
+        "training-unknown",
+        "playbooks/plan.yml",
+        _e(training={"lrr": 1}),
+        "training.lrr is not a training setting; did you mean training.lr?",
+    ),
     ("warmup", "playbooks/plan.yml", _e(training={"lr_warmup_iters": 10}, train_iters=10), "lr_warmup_iters=10"),
     ("save-negative", "playbooks/plan.yml", _e(training={"save_interval": -1}), "save_interval must be"),
     ("timeout-zero", "playbooks/plan.yml", ("-e", "distributed_timeout_minutes=0"), "distributed_timeout_minutes"),

@@ -137,9 +137,19 @@ def test_recommend_prefers_tp_inside_a_node(llama70b):
     assert best.layout.tp <= 8
 
 
-def test_unknown_options_are_named():
-    with pytest.raises(PlanError, match="unknown layout option"):
+def test_unknown_options_are_named_with_the_one_meant():
+    with pytest.raises(PlanError, match=r"layout.tensor_parallel is not a layout setting; did you mean layout.tp\?"):
         plan(layout={"tensor_parallel": 2})
+    with pytest.raises(PlanError) as refused:
+        plan(training={"learning_rate": 3e-4, "Seed": 1, "zzz": 0})
+    assert refused.value.problems == [
+        "training.Seed is not a training setting; did you mean training.seed?",
+        "training.learning_rate is not a training setting; did you mean training.lr?",
+        "training.zzz is not a training setting; the training settings: adam_beta1, adam_beta2, bias_fusions, "
+        "clip_grad, distributed_timeout_minutes, eval_interval, eval_iters, fused_kernels, log_interval, "
+        "log_straggler, lr, lr_decay_style, lr_schedule_on_resume, lr_warmup_iters, lr_warmup_samples, "
+        "masked_softmax_fusion, min_lr, save_interval, seed, split, train_samples, weight_decay",
+    ]
 
 
 def test_a_tokenizer_with_its_own_vocabulary_sets_the_padded_vocabulary_not_the_preset():

@@ -703,8 +703,23 @@ def read_by(playbook: str) -> list[Option]:
     return [o for o in OPTIONS.values() if playbook in o.playbooks]
 
 
+#: Names other tools use for what the bundle calls otherwise (Megatron's and Hugging Face's spellings).
+ALIASES = {
+    "learning_rate": "lr", "min_learning_rate": "min_lr", "warmup_iters": "lr_warmup_iters",
+    "warmup_steps": "lr_warmup_iters", "warmup": "lr_warmup_iters", "decay_style": "lr_decay_style",
+    "beta1": "adam_beta1", "beta2": "adam_beta2", "grad_clip": "clip_grad", "max_grad_norm": "clip_grad",
+    "tensor_parallel": "tp", "pipeline_parallel": "pp", "micro_batch_size": "mbs", "global_batch_size": "gbs",
+    "seq_len": "seq_length", "iters": "train_iters",
+}  # fmt: skip
+
+
 def nearest(name: str, known: Sequence[str]) -> str | None:
-    """The known name closest to ``name`` (a typo's fix), or None."""
+    """The known name ``name`` means (another case, another tool's spelling) or is closest to (a typo's fix),
+    or None."""
+    lowered = {k.lower(): k for k in known}
+    for meant in (lowered.get(name.lower()), ALIASES.get(name.lower().replace("-", "_"))):
+        if meant in known:
+            return meant
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return close[0] if close else None
 

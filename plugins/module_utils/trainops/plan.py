@@ -40,7 +40,7 @@ from .megatron_args import (
 )
 from .memory import GIB, checkpoint_bytes, megatron_theoretical, parameter_counts
 from .model import ModelSpec, model_from_dict
-from .options import OptionError, convert
+from .options import OptionError, convert, nearest
 from .plan_request import DEFAULT_HEADROOM, FLOPS_CONVENTIONS, PlanRequest, coerce
 from .recipe import apply_recipe
 from .recommend import describe, estimate, recommend
@@ -50,9 +50,12 @@ from .tokenizer import TokenizerFormatError, detect_format, megatron_tokenizer
 
 def _dataclass_from(cls, values: Mapping[str, Any], problems: list[str], what: str):
     known = {f.name: f for f in fields(cls)}
-    unknown = sorted(k for k in values if k not in known)
-    if unknown:
-        problems.append(f"unknown {what} option(s) {unknown}; known: {sorted(known)}")
+    for key in sorted(k for k in values if k not in known):
+        near = nearest(str(key), list(known))
+        problems.append(
+            f"{what}.{key} is not a {what} setting"
+            + (f"; did you mean {what}.{near}?" if near else f"; the {what} settings: {', '.join(sorted(known))}")
+        )
     kwargs = {}
     for key, value in values.items():
         if key in known:
