@@ -60,6 +60,17 @@ def test_a_selection_a_playbook_does_not_make_is_refused_not_ignored():
     assert check(given("stop", extra={"tp": "2"})).problems == []  # an option of another kind stays a warning
 
 
+def test_ports_that_meet_on_a_node_are_refused():
+    (problem,) = check(given("plan", extra={"master_port": "2222"})).problems
+    assert problem.startswith("master_port=2222 meets container_ssh_port=2222")
+    (problem,) = check(given("provision", extra={"container_ssh_port": "14389"})).problems  # master_port + 1
+    assert problem.startswith("master_port=14388 meets container_ssh_port=14389")
+    (problem,) = check(given("provision", extra={"container_ssh_port": "22"})).problems
+    assert problem.startswith("container_ssh_port=22 is the host's own sshd")
+    bridged = given("provision", extra={"container_ssh_port": "22"}, inventory={"container_network_mode": "bridge"})
+    assert check(bridged).problems == []
+
+
 def test_did_you_mean_points_only_at_what_this_playbook_reads():
     """data.yml's builder settings are not suggested to train.yml; a backend profile's key says where it is set."""
     (problem,) = check(given(extra={"megatron_home": "/x"})).problems

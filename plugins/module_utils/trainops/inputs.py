@@ -122,6 +122,7 @@ def check(given: Inputs) -> Verdict:
                 out.problems.append(str(exc))
             continue
         out.options[opt.name] = value
+    out.problems += _port_problems(out.options, given.values.get("container_network_mode", "host"))
     for name in schema.REQUIRED.get(given.playbook, ()):
         if name not in given.values:
             out.problems.append(f"-e {name}=... is required: {schema.OPTIONS[name].doc}")
@@ -160,6 +161,24 @@ def _inventory_exists(given: Inputs, out: Verdict) -> None:
             "server under all.children.nodes.hosts, each with ansible_host and slots (docs/inventory.md, "
             "inventory/example/hosts.yml)"
         )
+
+
+def _port_problems(options: Mapping[str, Any], network_mode: Any) -> list[str]:
+    """Ports that meet on a node: the containers share the host's network by default, so their sshd cannot take
+    the host's port 22, and the rendezvous port (and the next one, the CPU backend's gloo check) cannot be it."""
+    ssh, master = options.get("container_ssh_port"), options.get("master_port")
+    problems = []
+    if ssh == 22 and network_mode == "host":
+        problems.append(
+            "container_ssh_port=22 is the host's own sshd: the containers share the host's network "
+            "(container_network_mode: host), so theirs needs another port; leave it out (2222)"
+        )
+    if ssh is not None and master is not None and ssh in (master, master + 1):
+        problems.append(
+            f"master_port={master} meets container_ssh_port={ssh} (the rendezvous takes master_port and the next "
+            "port): give master_port another free port, as 14388"
+        )
+    return problems
 
 
 def _lenient(given: Inputs) -> bool:
