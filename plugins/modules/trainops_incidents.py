@@ -87,10 +87,11 @@ def main() -> None:
         found, warnings = incidents.read(p["path"])
         known = set(p["nodes"]) | {r["node"] for r in found}
         if p["clear"] and p["clear"] not in known:
+            for warning in warnings:  # the record's bad lines, said with the refusal
+                module.warn(warning)
             module.fail_json(
                 msg=f"-e clear={p['clear']}: no such node in the inventory ({', '.join(p['nodes']) or 'none'}) and no "
-                f"incident of it in {p['path']}. Nothing was changed.",
-                warnings=warnings,
+                f"incident of it in {p['path']}. Nothing was changed."
             )
         if p["clear"]:
             result["cleared"], said = incidents.clear(p["path"], p["clear"], now)
