@@ -287,3 +287,13 @@ def test_an_unknown_card_names_the_one_meant():
         "accelerator=cuda, or a musa card (S5000, S4000)"
     ]
     assert "has no known memory size; set accelerator_memory_gib" in refused("X9")[0]
+
+
+def test_a_run_of_more_tokens_than_any_is_refused():
+    with pytest.raises(PlanError) as refused:
+        plan(layout={"tp": 1, "pp": 2, "gbs": 1_000_000, "train_iters": 100_000_000})
+    assert refused.value.problems == [
+        "the run would train 409,600.0 T tokens (gbs x seq_length x train_iters), above the bound of 1,000 T "
+        "(about 30 x the largest published pre-training, Qwen3's 36 T): check -e gbs and -e train_iters"
+    ]
+    assert plan(layout={"tp": 1, "pp": 2, "train_iters": 1_000_000})["tokens_total"] == 1_000_000 * 1024 * 4096

@@ -284,9 +284,26 @@ def _checked(r: PlanRequest) -> _Checked:
         lay = replace(lay, request=replace(lay.request, train_iters=iters))
     if isinstance(request.train_iters, int):
         problems += check_training(train_cfg, request.train_iters)
+    if lay is not None and isinstance(request.train_iters, int):
+        problems += _token_problems(request.train_iters * lay.global_batch_size * lay.seq_length)
     if problems or lay is None or spec is None or cluster is None:
         raise PlanError(problems)
     return _Checked(spec, cluster, request, train_cfg, lay, dataset)
+
+
+#: More tokens than any run trains: 10^15, about thirty times the largest published pre-training (Qwen3: 36 T
+#: tokens; Llama 3: 15.6 T). A plan above it is a slip of the keyboard in the batch or the iterations.
+MAX_TOKENS = 10**15
+
+
+def _token_problems(tokens: int) -> list[str]:
+    if tokens <= MAX_TOKENS:
+        return []
+    return [
+        f"the run would train {tokens / 1e12:,.1f} T tokens (gbs x seq_length x train_iters), above the bound of "
+        f"{MAX_TOKENS / 1e12:,.0f} T (about 30 x the largest published pre-training, Qwen3's 36 T): check -e gbs "
+        "and -e train_iters"
+    ]
 
 
 #: Tokenizers whose own vocabulary Megatron builds the embedding from (``--vocab-size`` is not read); Megatron's
