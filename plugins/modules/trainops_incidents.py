@@ -25,7 +25,7 @@ options:
     required: true
   clear:
     description: A node whose incidents so far are cleared; refused, changing nothing, when it is neither in
-      O(nodes) nor in the record.
+      O(nodes) nor in the record, or when there is no record at O(path) (a misspelt runs directory).
     type: str
   nodes:
     description: The inventory's nodes.
@@ -85,14 +85,10 @@ def main() -> None:
     result = {"changed": False}
     try:
         found, warnings = incidents.read(p["path"])
-        known = set(p["nodes"]) | {r["node"] for r in found}
-        if p["clear"] and p["clear"] not in known:
+        if p["clear"] and (refusal := incidents.clear_refusal(p["path"], p["clear"], p["nodes"], found)):
             for warning in warnings:  # the record's bad lines, said with the refusal
                 module.warn(warning)
-            module.fail_json(
-                msg=f"-e clear={p['clear']}: no such node in the inventory ({', '.join(p['nodes']) or 'none'}) and no "
-                f"incident of it in {p['path']}. Nothing was changed."
-            )
+            module.fail_json(msg=refusal)
         if p["clear"]:
             result["cleared"], said = incidents.clear(p["path"], p["clear"], now)
             result["changed"] = True

@@ -24,7 +24,8 @@ What a placeholder becomes (nothing of the doc's command is dropped but the plac
 - ``-e plan_dir=DIR``: a fresh directory under the test's tmp_path; a trailing ``...``: dropped.
 
 Every command runs in its own copy of the project's files (git ls-files), so what a playbook writes on the
-controller (runs/, health/, .keys/, the incident record of ``-e clear=node2``) never touches the working tree.
+controller (runs/, health/, .keys/, the incident record of ``-e clear=node2``) never touches the working tree; the
+copies share a record holding an old incident of node2, for the docs' ``-e clear=node2``.
 No testbed needed: 31 commands when this was written, none skipped, four at a time (about a minute on 2 cores).
 """
 
@@ -316,6 +317,10 @@ def results(tmp_path_factory):
         {},
     )
     assert planned.returncode == 0, planned.stdout[-3000:]
+    # runs/incidents.jsonl: an incident of node2 long out of the window, for the docs' -e clear=node2 (a clear
+    # where there is no record is refused: a misspelt -e runs_dir)
+    incident = {"node": "node2", "kind": "hang", "time": 1.0, "run": f"{RUN[0]}/{RUN[1]}", "attempt": 0}
+    (template / "runs" / "incidents.jsonl").write_text(json.dumps(incident) + "\n")
 
     def one(index: int, command: Command):
         project = base / f"p{index}"

@@ -1,5 +1,6 @@
 """incidents.yml and health.yml's ``-e clear=NODE`` on the controller: a refused clear says why once (no Ansible
-deprecation warning with it, the record's bad lines still named), and changes nothing.
+deprecation warning with it, the record's bad lines still named), and changes nothing; a clear where there is no
+record (a misspelt -e runs_dir) is refused, writing nothing; a clear of a recorded node appends its line.
 
 Real ansible-playbook runs against a loopback inventory (port 1: nothing answers), each with its own -e runs_dir;
 a clear refused before reach.yml contacts no node. No testbed needed.
@@ -62,3 +63,27 @@ def test_a_refused_clear_warns_without_a_deprecation(tmp_path, playbook):
     assert "DEPRECATION" not in output and "deprecat" not in output, output
     assert (runs / "incidents.jsonl").read_text() == RECORD
     assert not nodes_contacted(output), output
+
+
+@pytest.mark.parametrize("playbook", ["playbooks/incidents.yml", "playbooks/health.yml"])
+def test_a_clear_without_a_record_is_refused_writing_nothing(tmp_path, playbook):
+    runs = tmp_path / "nosuchdir"
+    result = _run(tmp_path, playbook, "-e", f"runs_dir={runs}", "-e", "clear=node1")
+    output = result.stdout
+    assert result.returncode != 0, output
+    said = f"-e clear=node1: there is no incident record at {runs}/incidents.jsonl, so node1 has no incident"
+    assert output.count(said) == 1, output
+    assert "-e runs_dir must name the runs directory that holds incidents.jsonl" in output, output
+    assert "cleared " not in output and not runs.exists(), output
+    assert not nodes_contacted(output), output
+
+
+def test_a_clear_of_a_recorded_node_appends_its_line(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "incidents.jsonl").write_text(RECORD)
+    result = _run(tmp_path, "playbooks/incidents.yml", "-e", f"runs_dir={runs}", "-e", "clear=node2")
+    assert result.returncode == 0, result.stdout
+    assert "cleared      node2: its incidents so far no longer count" in result.stdout, result.stdout
+    last = (runs / "incidents.jsonl").read_text().splitlines()[-1]
+    assert '"node": "node2"' in last and '"kind": "cleared"' in last, last

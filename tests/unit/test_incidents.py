@@ -69,6 +69,23 @@ def test_two_incidents_in_the_window_leave_a_node_out_until_it_is_cleared(tmp_pa
     assert len(incidents.read(path)[0]) == 3  # the history stays
 
 
+def test_a_clear_is_refused_without_a_record_or_for_an_unknown_node(tmp_path):
+    path = str(tmp_path / "nosuchdir" / "incidents.jsonl")
+    said = incidents.clear_refusal(path, "node1", ["node1", "node2"], [])
+    assert said.startswith(f"-e clear=node1: there is no incident record at {path}, so node1 has no incident")
+    assert "-e runs_dir must name the runs directory that holds incidents.jsonl" in said
+    assert "Nothing was written." in said and not (tmp_path / "nosuchdir").exists()
+    unknown = incidents.clear_refusal(path, "node9", ["node1", "node2"], [])
+    assert unknown.startswith("-e clear=node9: no such node in the inventory (node1, node2) and no incident of it")
+    # a record there: a node of the inventory or of the record is cleared
+    incidents.record(path.replace("nosuchdir/", ""), incidents.from_run("exp/r1", [_attempt(1)], {}, []), NOW)
+    there = str(tmp_path / "incidents.jsonl")
+    found = incidents.read(there)[0]
+    assert incidents.clear_refusal(there, "node1", ["node1", "node2"], found) is None
+    assert incidents.clear_refusal(there, "node2", [], found) is None
+    assert incidents.clear_refusal(there, "node9", ["node1"], found).startswith("-e clear=node9: no such node")
+
+
 def test_a_cut_line_is_skipped(tmp_path):
     path = tmp_path / "incidents.jsonl"
     path.write_text(json.dumps({"node": "node1", "kind": "hang", "time": NOW}) + "\n" + '{"node": "nod')

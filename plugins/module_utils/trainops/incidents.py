@@ -144,6 +144,26 @@ def record(path: str, incidents: Sequence[Mapping[str, Any]], now: float) -> tup
     return new, warnings + _append(path, new)
 
 
+def clear_refusal(path: str, node: str, nodes: Sequence[str], found: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why clearing ``node`` in the record at ``path`` is refused, changing nothing, or None: a name that is
+    neither one of the inventory's ``nodes`` nor in the record (``found``: its lines), or no record at ``path`` at
+    all (a misspelt -e runs_dir would otherwise start a new record holding only the clear, and say "cleared" of a
+    node whose incidents are elsewhere). A record that cannot be written to (a directory in its place) is refused
+    when the clear is appended."""
+    if node not in set(nodes) | {r["node"] for r in found}:
+        return (
+            f"-e clear={node}: no such node in the inventory ({', '.join(nodes) or 'none'}) and no incident of it in "
+            f"{path}. Nothing was changed."
+        )
+    if not os.path.lexists(path):
+        return (
+            f"-e clear={node}: there is no incident record at {path}, so {node} has no incident recorded there to "
+            f"clear. -e runs_dir must name the runs directory that holds {FILE_NAME} (train.yml and health.yml "
+            "write it there). Nothing was written."
+        )
+    return None
+
+
 def clear(path: str, node: str, now: float, why: str = "") -> tuple[dict[str, Any], list[str]]:
     """Clear a node's incidents so far (after a repair): a ``cleared`` line, and what writing it said; the
     incidents before it stay."""
