@@ -60,6 +60,19 @@ def test_a_selection_a_playbook_does_not_make_is_refused_not_ignored():
     assert check(given("stop", extra={"tp": "2"})).problems == []  # an option of another kind stays a warning
 
 
+def test_a_value_wrong_as_written_too_is_said_where_it_was_written_with_the_one_meant(tmp_path):
+    """recompute: off is YAML's false, and "off" is no recompute either: said of "off", at its line, with none."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  vars:\n    recompute: off\n")
+    verdict = check(given("plan", inventory={"recompute": False}, inventory_sources={str(inventory): True}))
+    assert verdict.problems == [
+        f"inventory {inventory}:3 (all.vars): recompute: off is not one of auto, none, selective, full; did you mean "
+        "none?"
+    ]
+    (problem,) = check(given("plan", extra={"recompute": "OFF"})).problems
+    assert problem == "-e recompute='OFF' must be one of auto, none, selective, full; did you mean none?"
+
+
 def test_ports_that_meet_on_a_node_are_refused():
     (problem,) = check(given("plan", extra={"master_port": "2222"})).problems
     assert problem.startswith("master_port=2222 meets container_ssh_port=2222")

@@ -434,6 +434,9 @@ def as_written(option: Option | str, text: str, read: Any, reader: str = "YAML 1
     0.1), is not what ``text`` says to ``option``, with the fix; None when both mean the same."""
     opt = OPTIONS[option] if isinstance(option, str) else option
     meant, got = _attempt(opt, text), _attempt(opt, read)
+    if meant is None and got is None:  # wrong as written too: said of what was written, where it was
+        hint = _did_you_mean(text, opt.choices) if opt.kind == "choice" and opt.choices else ""
+        return f"{opt.name}: {text} is not {_wanted(opt)}{hint}"
     if meant == got:
         return None
     if isinstance(read, bool):
@@ -475,14 +478,14 @@ def label(option: Option, source: str = "-e") -> str:
 
 #: What people call a backend, for "did you mean" (the vendor's name for the stack, the card's maker).
 _CHOICE_ALIASES = {"nvidia": "cuda", "gpu": "cuda", "nv": "cuda", "mthreads": "musa", "moore-threads": "musa",
-                   "moorethreads": "musa", "mtt": "musa", "mt": "musa", "s5000": "musa", "none": "cpu"}  # fmt: skip
+                   "moorethreads": "musa", "mtt": "musa", "mt": "musa", "s5000": "musa", "none": "cpu",
+                   "off": "none", "no": "none", "false": "none"}  # fmt: skip
 
 
 def _did_you_mean(text: str, choices: Sequence[str]) -> str:
     """``"; did you mean cuda?"`` for a value near one of ``choices`` (or a known other name for it), else ``""``."""
-    alias = _CHOICE_ALIASES.get(text.strip().lower())
-    near = [alias] if alias in choices else difflib.get_close_matches(text.strip().lower(), list(choices), n=1)
-    return f"; did you mean {near[0]}?" if near else ""
+    near = nearest(text.strip(), choices, _CHOICE_ALIASES)
+    return f"; did you mean {near}?" if near else ""
 
 
 def convert(option: Option | str, value: Any, source: str = "-e", accelerators: Sequence[str] = ()) -> Any:
@@ -713,11 +716,12 @@ ALIASES = {
 }  # fmt: skip
 
 
-def nearest(name: str, known: Sequence[str]) -> str | None:
-    """The known name ``name`` means (another case, another tool's spelling) or is closest to (a typo's fix),
-    or None."""
+def nearest(name: str, known: Sequence[str], aliases: Mapping[str, str] | None = None) -> str | None:
+    """The known name ``name`` means (another case, another tool's spelling: ``aliases``, by default
+    :data:`ALIASES`) or is closest to (a typo's fix), or None."""
     lowered = {k.lower(): k for k in known}
-    for meant in (lowered.get(name.lower()), ALIASES.get(name.lower().replace("-", "_"))):
+    spelled = ALIASES if aliases is None else aliases
+    for meant in (lowered.get(name.lower()), spelled.get(name.lower()), spelled.get(name.lower().replace("-", "_"))):
         if meant in known:
             return meant
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
