@@ -74,10 +74,12 @@ def test_nothing_to_plan_on_says_why_with_every_node_named():
         node_choice.choose(THREE, {"node1": "node1: sick", "node3": "node3: left out by -e exclude_nodes",
                                    "node2": "node2: unreachable"})  # fmt: skip
     assert str(caught.value) == (
-        "every node is left out (node1: sick; node3: left out by -e exclude_nodes); the spares cannot stand in "
-        "(node2: unreachable): nothing to plan on"
+        "every node is left out, nothing to plan on:\n- node1: sick\n- node3: left out by -e exclude_nodes\n"
+        "the spares cannot stand in:\n- node2: unreachable\n"
+        "Repair and clear a node (the commands above), or for this run only give -e use_nodes=node1,node3 (over the "
+        "incident record and the health check)"
     )
-    with pytest.raises(ValueError, match=r"\(node1: x\); the inventory has no spare \(spare: true\) to stand in"):
+    with pytest.raises(ValueError, match=r"\n- node1: x\nthe inventory has no spare \(spare: true\) to stand in"):
         node_choice.choose(_hosts(node1="8"), {"node1": "node1: x"})
 
 
@@ -164,9 +166,9 @@ def test_the_input_check_refuses_an_inventory_of_spares_where_a_run_is_planned()
 def test_the_input_check_refuses_a_choice_that_leaves_nothing_to_plan_on():
     problems = _check("train", {"exclude_nodes": "node1,node2,node3"})
     assert problems == [
-        "-e exclude_nodes / -e use_nodes: every node is left out (node1: left out by -e exclude_nodes; node3: left "
-        "out by -e exclude_nodes); the spares cannot stand in (node2: left out by -e exclude_nodes): nothing to "
-        "plan on; name fewer nodes"
+        "-e exclude_nodes / -e use_nodes: every node is left out, nothing to plan on:\n- node1: left out by -e "
+        "exclude_nodes\n- node3: left out by -e exclude_nodes\nthe spares cannot stand in:\n- node2: left out by "
+        "-e exclude_nodes; name fewer nodes"
     ]
     assert _check("train", {"exclude_nodes": "node1,node3"}) == []  # node2, the spare, takes a place
 

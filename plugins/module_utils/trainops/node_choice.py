@@ -88,14 +88,22 @@ def choose(hosts: Sequence[Mapping[str, Any]], left_out: Mapping[str, str], use:
     slots = {h["name"]: h.get("slots") for h in hosts}
     chosen, lines = plan_nodes(rank_order(regular), spares, left_out, slots)
     if not chosen:
-        why = "; ".join(left_out[h["name"]] for h in regular if h["name"] in left_out)
+        why = "".join(f"\n- {left_out[h['name']]}" for h in regular if h["name"] in left_out)
         unused = [s for s in spares if s in left_out]
         spare = (
-            f"; the spares cannot stand in ({'; '.join(left_out[s] for s in unused)})"
+            "\nthe spares cannot stand in:" + "".join(f"\n- {left_out[s]}" for s in unused)
             if unused
-            else ("" if spares else "; the inventory has no spare (spare: true) to stand in")
+            else ("" if spares else "\nthe inventory has no spare (spare: true) to stand in")
         )
-        raise ValueError(f"every node is left out ({why}){spare}: nothing to plan on")
+        names = ",".join(h["name"] for h in regular)
+        record = any("left out by -e" not in left_out[h["name"]] for h in regular if h["name"] in left_out)
+        fix = (
+            f"\nRepair and clear a node (the commands above), or for this run only give -e use_nodes={names} (over "
+            "the incident record and the health check)"
+            if record
+            else ""
+        )
+        raise ValueError(f"every node is left out, nothing to plan on:{why}{spare}{fix}")
     return {"nodes": chosen, "in_order": bool(lines), "lines": lines}
 
 
