@@ -285,7 +285,8 @@ def test_an_unreachable_node_is_one_line_then_the_bundles_summary(outputs):
         "Nothing was changed on any node. Check that the host is up and that SSH as root works, then run again.",
     )
     assert all(output.count(part) == 1 for part in summary), output
-    for detail in (*ANSIBLE_DETAIL, "caused by", "...ignoring", "UNREACHABLE!", "msg:"):
+    assert f"node1 (127.0.0.1) is unreachable: {refused}. node2 (127.0.0.2)" in output, output
+    for detail in (*ANSIBLE_DETAIL, "caused by", "...ignoring", "UNREACHABLE!", "msg:", "Task failed"):
         assert detail not in output, f"{detail!r} in:\n{output}"
     # the unreachable line, the summary, the recap
     assert len([line for line in output.splitlines() if "node1" in line]) <= 3, output

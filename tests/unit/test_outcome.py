@@ -91,6 +91,17 @@ def test_silent_nodes_are_named_with_their_address_and_error():
     assert text == "node2 (172.30.0.12) is unreachable: Connection timed out. Nothing was changed on any node."
 
 
+def test_a_silent_nodes_error_is_the_connections_last_line():
+    refused = "ssh: connect to host 127.0.0.1 port 1: Connection refused"
+    ping = {"unreachable": True, "msg": f"Task failed: Failed to connect to the host via ssh: {refused}"}
+    node = _node("node1", ansible_host="127.0.0.1", reach_ping=ping)
+    assert outcome.silent_nodes_text([node], "reach_ping", "is", "") == f"node1 (127.0.0.1) is: {refused}. "
+    assert outcome.stop_lines([_node("node1", stop_ping=ping)]) == [f"node1: DID NOT ANSWER ({refused})"]
+    warned = "Failed to connect to the host via ssh: Warning: Permanently added 'x'.\r\nroot@x: Permission denied."
+    assert outcome.connection_error(warned) == "root@x: Permission denied."
+    assert outcome.connection_error(None) == outcome.connection_error("Task failed: ") == "no answer"
+
+
 def test_when_every_node_is_silent_the_text_says_so_not_the_others():
     silent = [_node(f"node{i}", reach_ping={"msg": "refused"}) for i in (1, 2)]
     args = ("reach_ping", "did not answer", "The nodes that answered were stopped.")

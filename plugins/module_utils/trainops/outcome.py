@@ -6,6 +6,7 @@ these functions turn them into the outcome and the lines printed, so that the wo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,18 @@ def clip(text: str, limit: int) -> str:
     head = text[: limit - 3]
     cut = head.rsplit(" ", 1)[0] if " " in head[-40:] else head
     return cut + "..."
+
+
+#: What Ansible puts before an unreachable host's error: the task's failure, the connection plugin's sentence.
+_UNREACHABLE_HEADS = re.compile(r"^(Task failed:\s*)?(Failed to connect to the host via \w+:\s*)?")
+
+
+def connection_error(msg: Any) -> str:
+    """An unreachable node's error (its ping result's ``msg``) as the connection said it: its last line (ssh's
+    error, after its warnings), without Ansible's "Task failed: Failed to connect to the host via ssh: "."""
+    lines = [line.strip() for line in str(msg or "").splitlines() if line.strip()]
+    last = _UNREACHABLE_HEADS.sub("", lines[-1]) if lines else ""
+    return last or (_UNREACHABLE_HEADS.sub("", lines[0]) if lines else "") or "no answer"
 
 
 def train_outcome(master: str, fanout: Mapping[str, Any], watch: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -79,7 +92,7 @@ def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
         info = node.get("stop_container_info") or {}
         cards = "; cards idle" if node.get("accelerator_cards") else ""
         if ping.get("unreachable"):
-            lines.append(f"{name}: DID NOT ANSWER ({clip(str(ping.get('msg') or 'no answer').strip(), 200)})")
+            lines.append(f"{name}: DID NOT ANSWER ({clip(connection_error(ping.get('msg')), 200)})")
         elif not info.get("exists"):
             lines.append(f"{name}: no training container; nothing runs")
         elif not ((info.get("container") or {}).get("State") or {}).get("Running"):
@@ -108,12 +121,12 @@ def silent_nodes_text(
     total: int | None = None,
 ) -> str:
     """The nodes that did not answer, each named with its address (``ansible_host``), ``verb`` and the error of
-    its ping result (``node[result_key].msg``), then ``then`` (what happened to the others and what to do); or
-    ``when_all`` instead where every node was silent (``nodes`` are all ``total`` of them): then there were no
-    others."""
+    its ping result (``node[result_key].msg``, as :func:`connection_error`), then ``then`` (what happened to the
+    others and what to do); or ``when_all`` instead where every node was silent (``nodes`` are all ``total`` of
+    them): then there were no others."""
     named = " ".join(
         f"{node['name']} ({node.get('ansible_host') or node['name']}) {verb}: "
-        f"{clip(str((node.get(result_key) or {}).get('msg') or 'no answer').strip(), 200)}."
+        f"{clip(connection_error((node.get(result_key) or {}).get('msg')), 200)}."
         for node in nodes
     )
     every = when_all is not None and total is not None and len(nodes) >= total
