@@ -73,6 +73,14 @@ def test_a_value_wrong_as_written_too_is_said_where_it_was_written_with_the_one_
     assert problem == "-e recompute='OFF' must be one of auto, none, selective, full; did you mean none?"
 
 
+def test_every_problem_of_the_inventory_is_named_in_one_run():
+    """A node's bad field and a rule between the nodes (a shared address) come together, not one run each."""
+    hostvars = {"node1": {"ansible_host": "10.0.0.1", "slots": 8}, "node2": {"ansible_host": "10.0.0.1", "slots": 0}}
+    problems = check(given("plan", hostvars=hostvars)).problems
+    assert len(problems) == 2 and "slots" in problems[0], problems
+    assert problems[1] == "inventory: nodes node1 and node2 share the address 10.0.0.1"
+
+
 def test_ports_that_meet_on_a_node_are_refused():
     (problem,) = check(given("plan", extra={"master_port": "2222"})).problems
     assert problem.startswith("master_port=2222 meets container_ssh_port=2222")

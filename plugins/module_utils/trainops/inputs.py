@@ -137,6 +137,11 @@ def check(given: Inputs) -> Verdict:
     if given.playbook == "train" and nodes:
         _chosen_nodes(given, nodes, out)
     if out.problems:
+        # the rules between the nodes too (a shared address, two masters), so that one run names every problem of
+        # the inventory; each node's own field was named above
+        out.problems += [
+            p for p in _cluster_problems(given, nodes, out.options) if not p.startswith("inventory: node ")
+        ]
         return out
     _between(given, nodes, out)
     return out
@@ -405,20 +410,28 @@ def _hosts(given: Inputs, nodes: Sequence[str], accelerators: Sequence[str], out
 _FROM_THE_NODES = ("accelerator", "accelerator_card", "backend_env")
 
 
+def _cluster_problems(given: Inputs, nodes: Sequence[str], opts: Mapping[str, Any]) -> list[str]:
+    """What :func:`.cluster.cluster_from_hosts` finds in the inventory's nodes (each as ``inventory: ...``)."""
+    if not nodes:
+        return []
+    hosts = [{"name": n, **{k: v for k, v in given.hostvars.get(n, {}).items()}} for n in nodes]
+    try:
+        cluster_from_hosts(
+            hosts,
+            _profiles(given.backends_dir),
+            opts.get("accelerator_memory_gib"),
+            opts.get("accelerator_peak_tflops"),
+        )
+    except PlanError as exc:
+        return [f"inventory: {p}" for p in exc.problems]
+    return []
+
+
 def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
     """The rules between values, each from its own module, on values that passed :func:`check`'s own."""
     book, opts = given.playbook, out.options
     if nodes:
-        hosts = [{"name": n, **{k: v for k, v in given.hostvars.get(n, {}).items()}} for n in nodes]
-        try:
-            cluster_from_hosts(
-                hosts,
-                _profiles(given.backends_dir),
-                opts.get("accelerator_memory_gib"),
-                opts.get("accelerator_peak_tflops"),
-            )
-        except PlanError as exc:
-            out.problems += [f"inventory: {p}" for p in exc.problems]
+        out.problems += _cluster_problems(given, nodes, opts)
         first = given.hostvars.get(nodes[0], {})
         accelerator = opts.get("accelerator") or first.get("accelerator") or "musa"
         if book in ("provision", "plan", "train") and given.backends_dir:
