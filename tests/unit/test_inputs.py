@@ -202,6 +202,14 @@ def test_controller_paths(tmp_path):
         in check(given("plan", extra={"plan_dir": str(tmp_path / "plan")})).problems[0]
     )
     assert "has no plan/plan.json" in check(given("report", extra={"run": str(tmp_path)})).problems[0]
+    gone = check(given("report", extra={"run": str(tmp_path / "exp" / "gone"), "runs_dir": str(tmp_path)}))
+    assert (
+        "does not exist (a relative -e run is taken from the current directory, not from -e runs_dir="
+        in (gone.problems[0])
+    )
+    (tmp_path / "file").write_text("")
+    (problem,) = check(given("health", extra={"health_dir": str(tmp_path / "file")})).problems
+    assert problem.endswith("is not a directory; give a directory")
 
 
 # --- inputs as written (the inventory's files and the -e arguments, before YAML 1.1 rewrote them) ---------------

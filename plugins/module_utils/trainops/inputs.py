@@ -463,7 +463,7 @@ def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
         out.problems += data_problems(opts)
     if book in ("plan", "train"):
         _model(given, out)
-    for name in ("plan_dir", "runs_dir", "run"):
+    for name in ("plan_dir", "runs_dir", "health_dir", "run"):
         if opts.get(name) is not None and book in schema.OPTIONS[name].playbooks:
             _controller_dir(name, opts[name], out, plan_only=name == "plan_dir")
 
@@ -496,7 +496,13 @@ def _controller_dir(name: str, path: str, out: Verdict, plan_only: bool) -> None
     full = os.path.abspath(os.path.expanduser(path))
     where = f"-e {name}={path!r} (on the controller: {full})"
     if name == "run":
-        if not os.path.isfile(os.path.join(full, "plan", "plan.json")):
+        if not os.path.isdir(full):
+            runs = out.options.get("runs_dir")
+            hint = f" (a relative -e run is taken from the current directory, not from -e runs_dir={runs})" * bool(runs)
+            out.problems.append(
+                f"{where} does not exist{hint}; give the directory train.yml printed (runs/<exp>/<run_id>)"
+            )
+        elif not os.path.isfile(os.path.join(full, "plan", "plan.json")):
             out.problems.append(f"{where} has no plan/plan.json: it is not a run directory of train.yml")
         return
     if os.path.exists(full) and not os.path.isdir(full):
