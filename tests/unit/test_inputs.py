@@ -399,3 +399,14 @@ def test_the_names_molecule_puts_in_its_inventory_are_not_the_bundles_options(tm
     verdict = check(given(inventory_sources={str(tmp_path / "ansible_inventory.yml"): True}))
     assert [p for p in verdict.problems if "): molecule_" in p] == [], verdict.problems
     assert any("hang_timout: no such option" in p for p in verdict.problems), verdict.problems
+
+
+def test_a_host_in_no_group_the_playbooks_read_is_said():
+    groups = {"all": ["node1", "node2", "node3"], "nodes": ["node1", "node2"], "workers": ["node3"]}
+    verdict = check(given("plan", groups=groups))
+    assert verdict.problems == []
+    assert verdict.warnings == [
+        "inventory: node3 (group workers) is in no group the playbooks read (nodes, slurm_login): no playbook plans "
+        "on or contacts it; list a training server under all.children.nodes"
+    ]
+    assert check(given("plan", groups={"all": ["node1", "node2"], **NODES})).warnings == []

@@ -147,12 +147,31 @@ def check(given: Inputs) -> Verdict:
     return out
 
 
+#: The inventory groups the playbooks read (Ansible's own: all, ungrouped).
+GROUPS = ("nodes", "slurm_login")
+
+
+def _stray_hosts(given: Inputs) -> list[str]:
+    """Hosts in no group a playbook reads (``workers:`` beside ``nodes:``): no playbook contacts or plans on them,
+    which the user is told."""
+    read = {h for g in GROUPS for h in given.groups.get(g) or ()}
+    stray = sorted({h for h in given.groups.get("all") or () if h not in read and h != "localhost"})
+    if not stray:
+        return []
+    where = sorted({g for g, hosts in given.groups.items() if g not in ("all", *GROUPS) and set(hosts) & set(stray)})
+    return [
+        f"inventory: {', '.join(stray)} (group {', '.join(where) or 'ungrouped'}) is in no group the playbooks read "
+        f"({', '.join(GROUPS)}): no playbook plans on or contacts it; list a training server under all.children.nodes"
+    ]
+
+
 def _inventory_exists(given: Inputs, out: Verdict) -> None:
     if given.no_inventory:
         out.problems.append(no_inventory_text(given.playbook))
         return
     if given.example_inventory:
         out.warnings.append(example_text(given.playbook))
+    out.warnings += _stray_hosts(given)
     missing = [source for source, exists in given.inventory_sources.items() if not exists]
     if missing:
         out.problems.append(
