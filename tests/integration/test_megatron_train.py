@@ -343,7 +343,8 @@ def test_a_lost_node_with_elastic_resumes_megatron_at_half_the_dp_to_the_uninter
         said = " ".join(output.split())
         change = re.search(r"re-planned without node2 \(-e elastic=true\): (.*?); starting attempt 2", said)
         assert change and change.group(1).startswith(
-            "nodes 2 -> 1, dp 2 -> 1, micro-batches 2 -> 4, global batch 8 unchanged, node2 left out: "
+            "nodes 2 -> 1, world size 4 -> 2 ranks, dp 2 -> 1, micro-batches 2 -> 4, global batch 8 unchanged, "
+            "node2 left out: "
         ), said[-4000:]
         run_dir = latest_run(exp)
         summary = json.loads((run_dir / "summary.json").read_text())
