@@ -56,6 +56,15 @@ def test_a_whole_last_line_that_lost_only_its_newline_is_kept(tmp_path):
     assert not (tmp_path / "incidents.jsonl.torn").exists()
 
 
+def test_a_record_saved_by_a_windows_editor_reads_whole(tmp_path):
+    """A byte-order mark and \r\n line ends (a hand edit in another editor) are not damage: every line counts."""
+    path = tmp_path / "incidents.jsonl"
+    rows = [json.dumps(_incident(run=f"exp/r{i}")) for i in (1, 2)]
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(rows).encode() + b"\r\n")
+    found, warnings = incidents.read(str(path))
+    assert warnings == [] and [r["run"] for r in found] == ["exp/r1", "exp/r2"]
+
+
 def test_bad_lines_are_named_by_file_and_line_and_skipped(tmp_path):
     path = tmp_path / "incidents.jsonl"
     path.write_bytes(

@@ -169,13 +169,13 @@ def read_jsonl(
     except OSError as exc:
         return [], [printable(f"{path}: cannot be read ({exc.strerror or exc}): nothing in it was read")]
     records, warnings = [], []
-    lines = data.split(b"\n")
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # an editor's byte-order mark is not the record's
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         problem = None
         try:
-            record = json.loads(raw.decode("utf-8"))
+            record = json.loads(raw.decode("utf-8"))  # a Windows editor's \r\n ends in JSON's white space
         except UnicodeDecodeError as exc:
             problem = f"is not UTF-8 text (byte {exc.start + 1})"
         except ValueError:
