@@ -91,3 +91,15 @@ def test_an_extra_argument_a_space_split_says_so():
     split = read_extra(['training={"save_interval": 0}'])
     assert split.problems[0].endswith('give it as one JSON argument: -e \'{"training": {"save_interval": 0}}\'')
     assert split.split == {"training"}  # its value's own problem is this one
+
+
+def test_a_number_yaml_rewrote_inside_a_mapping_is_said_where_it_was_written(tmp_path):
+    """training: {save_interval: 0500} planned saves every 320 iterations: the nested value as written."""
+    (tmp_path / "vars.yml").write_text("training:\n  lr: 3.0e-4\n  save_interval: 0500\n  bias_fusions: no\n")
+    problems = read_extra([f"@{tmp_path / 'vars.yml'}", '{"training": {"lr_warmup_iters": 0x10}}']).problems
+    assert problems == [
+        f"-e @{tmp_path / 'vars.yml'}:3: training.save_interval: 0500 is read by YAML 1.1 as the number 320, not as "
+        "written; write the decimal number you mean, without a leading zero",
+        '-e \'{"training": {"lr_warmup_iters": 0x10}}\': training.lr_warmup_iters: 0x10 is read by YAML 1.1 as the '
+        "number 16, not as written; write the decimal number you mean, without a leading zero",
+    ]

@@ -15,7 +15,9 @@ alone, with their ``group_vars/`` and ``host_vars/``; an inventory plugin's conf
 from __future__ import annotations
 
 import ast
+import datetime
 import os
+import re
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -88,10 +90,12 @@ def read_extra(arguments: Sequence[str]) -> Written:
             node = _compose(argument[1:], out, f"-e {argument}")
             for key, value in _pairs(node):
                 out.settings.append(_setting(key, value, "-e", f"-e @{argument[1:]}:{key.start_mark.line + 1}"))
+                out.problems += _nested_rewrites(key.value, value, f"-e @{argument[1:]}:{key.start_mark.line + 1}")
         elif argument.startswith(("{", "[")):
             node = _compose_text(argument, out, f"-e {_short(argument)}")
             for key, value in _pairs(node):
                 out.settings.append(_setting(key, value, "-e", f"-e {_short(argument)}"))
+                out.problems += _nested_rewrites(key.value, value, f"-e {_short(argument)}")
         elif argument:
             _kv(argument, out)
     return out
@@ -215,6 +219,32 @@ def _duplicates(node: yaml.Node | None, label: str, out: Written, parent: str = 
             _duplicates(item, label, out, parent, seen)
 
 
+#: An integer YAML 1.1 reads from text that is not a plain decimal: octal (0500), hexadecimal, binary, base 60.
+_NOT_DECIMAL = re.compile(r"[-+]?(0[0-7_]+|0x[0-9a-fA-F_]+|0b[01_]+|[0-9][0-9_]*(:[0-5]?[0-9])+)")
+
+
+def _nested_rewrites(name: str, node: yaml.Node, place: str) -> list[str]:
+    """In a mapping's values (``training: {save_interval: 0500}``), every plain number YAML 1.1 reads as other
+    than its decimal text, and every date: the schema checks the nested values as read, so it is said here."""
+    problems = []
+    for key, item in _pairs(node):
+        full = f"{name}.{key.value}"
+        if isinstance(item, yaml.MappingNode):
+            problems += _nested_rewrites(full, item, place)
+        elif isinstance(item, yaml.ScalarNode) and item.style is None and item.tag in _REWRITTEN:
+            read = yaml.safe_load(item.value)
+            if isinstance(read, int) and not isinstance(read, bool) and _NOT_DECIMAL.fullmatch(item.value):
+                made = f"{read} (base 60)" if ":" in item.value else f"the number {read}"
+                fix = "write the decimal number you mean, without a leading zero"
+            elif isinstance(read, datetime.date):
+                made, fix = f"a date ({read.isoformat()})", f'quote it: "{item.value}"'
+            else:
+                continue
+            line = re.sub(r":\d+$", f":{key.start_mark.line + 1}", place)
+            problems.append(f"{line}: {full}: {item.value} is read by YAML 1.1 as {made}, not as written; {fix}")
+    return problems
+
+
 def _setting(key: yaml.ScalarNode, value: yaml.Node, scope: str, place: str) -> Setting:
     if not isinstance(value, yaml.ScalarNode):
         return Setting(key.value, None, None, scope, place)
@@ -242,6 +272,7 @@ def _yaml_group(path: str, group: str, body: yaml.Node, out: Written) -> None:
             scope = "all" if group == "all" else f"group {group}"
             for key, item in _pairs(value):
                 out.settings.append(_setting(key, item, scope, f"{path}:{key.start_mark.line + 1}"))
+                out.problems += _nested_rewrites(key.value, item, f"inventory {path}:{key.start_mark.line + 1}")
         elif part.value == "hosts":
             for host, host_vars in _pairs(value):
                 for key, item in _pairs(host_vars):
@@ -254,6 +285,7 @@ def _yaml_group(path: str, group: str, body: yaml.Node, out: Written) -> None:
 def _yaml_vars(path: str, scope: str, out: Written) -> None:
     for key, value in _pairs(_compose(path, out, f"inventory {shown(path)}")):
         out.settings.append(_setting(key, value, scope, f"{shown(path)}:{key.start_mark.line + 1}"))
+        out.problems += _nested_rewrites(key.value, value, f"inventory {shown(path)}:{key.start_mark.line + 1}")
 
 
 def _ini_value(text: str) -> Any:
