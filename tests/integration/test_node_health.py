@@ -212,7 +212,7 @@ def test_a_full_file_system_where_checkpoints_go_is_named_before_the_launch(prov
         result.stdout
     )
     assert "Nothing was started" in result.stdout
-    assert not (ROOT / "runs" / exp).exists()  # refused before the plan was rendered
+    assert not list((ROOT / "runs" / exp).glob("*/plan"))  # refused before the plan was rendered (its id claimed)
 
 
 def test_a_spare_takes_the_place_of_a_sick_node_with_its_rank(provisioned, tmp_path):

@@ -353,6 +353,11 @@ def claim_run_dir(runs_dir: str, exp: str, run_id: str, playbook: str, given: bo
             if given
             else "Run it again: the generated id met another run's started in the same second"
         )
+        if given and os.path.isdir(run_dir) and not os.listdir(run_dir):
+            fix += (
+                f" (this one was claimed by a run refused before it wrote anything: remove the empty {run_dir} "
+                "to use the id again)"
+            )
         resume = "; the experiment resumes from its checkpoints with any run id" if playbook == "train.yml" else ""
         return records.printable(
             f"{playbook}: run id {run_id} names an earlier run of {exp} on this controller ({run_dir}); a run's "

@@ -434,7 +434,7 @@ def as_written(option: Option | str, text: str, read: Any, reader: str = "YAML 1
     0.1), is not what ``text`` says to ``option``, with the fix; None when both mean the same."""
     opt = OPTIONS[option] if isinstance(option, str) else option
     meant, got = _attempt(opt, text), _attempt(opt, read)
-    if meant is None and got is None:  # wrong as written too: said of what was written, where it was
+    if meant is None and got is None and str(read).lower() != text.lower():  # wrong as written too: said of it
         hint = _did_you_mean(text, opt.choices) if opt.kind == "choice" and opt.choices else ""
         return f"{opt.name}: {text} is not {_wanted(opt)}{hint}"
     if meant == got:
