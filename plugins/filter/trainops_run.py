@@ -54,17 +54,6 @@ def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return outcome_core.stop_lines(nodes)
 
 
-def silent_nodes_text(
-    nodes: Sequence[Mapping[str, Any]],
-    result_key: str,
-    verb: str,
-    then: str,
-    when_all: str | None = None,
-    total: int | None = None,
-) -> str:
-    return outcome_core.silent_nodes_text(nodes, result_key, verb, then, when_all, total)
-
-
 def status_text(probes: Sequence[Mapping[str, Any]]) -> str:
     """status.yml's display, from its probe loop's results (each: ``item.item`` the run dir, ``watch``)."""
     runs = [{"run_dir": probe["item"]["item"], "watch": probe["watch"]} for probe in probes]
@@ -97,7 +86,7 @@ class FilterModule:
             "trainops_command": command,
             "trainops_reproduce": invocation_core.reproduce,
             "trainops_stop_lines": stop_lines,
-            "trainops_silent_nodes_text": silent_nodes_text,
+            "trainops_silent_nodes_text": outcome_core.silent_nodes_text,
             "trainops_status_text": status_text,
             "trainops_watch_options": watch_options,
             "trainops_left_out": left_out,
