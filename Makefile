@@ -59,8 +59,8 @@ molecule: setup
 	cd $(CURDIR) && $(BIN)/molecule test
 
 lint: setup
-	$(BIN)/ruff check plugins roles tests benchmarks tools testbed jobs
-	$(BIN)/ruff format --check plugins roles tests benchmarks tools jobs
+	$(BIN)/ruff check plugins roles tests benchmarks tools testbed
+	$(BIN)/ruff format --check plugins roles tests benchmarks tools
 	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml train.yml stop.yml testbed molecule
 	$(BIN)/shellcheck testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \
 		testbed/images/training-suite-standin/rootfs/usr/local/bin/mthreads-gmi \

@@ -1,4 +1,4 @@
-"""Tokens/s of jobs/build_dataset.py (1 and 2 workers) against Megatron-LM's tools/preprocess_data.py.
+"""Tokens/s of the node package's build_dataset.py (1 and 2 workers) against Megatron-LM's tools/preprocess_data.py.
 
 Runs where torch, megatron-core, sentencepiece, tiktoken and tokenizers are installed (the training container,
 or a venv made from testbed/.cache/wheels). Two commands:
@@ -10,7 +10,7 @@ or a venv made from testbed/.cache/wheels). Two commands:
         DIR/hf/{tokenizer.json,tokenizer.model} (the same BPE as a Hugging Face tokenizer, Llama 3's layout).
         The integration tests (tests/integration/test_data.py) use this command too.
 
-    python3 preprocess_throughput.py run DIR --megatron-lm CHECKOUT [--builder jobs/build_dataset.py]
+    python3 preprocess_throughput.py run DIR --megatron-lm CHECKOUT [--builder PATH]   (default: the node package's)
         times both programs on DIR/corpus.jsonl with the SentencePiece model and prints one JSON line per run.
         CHECKOUT is a Megatron-LM tree (tools/preprocess_data.py and megatron/training), e.g. from
         `git --git-dir=<mirror> archive core_v0.14.0 tools megatron/training | tar -x -C /tmp/mlm`.
@@ -206,7 +206,10 @@ def main() -> None:
     bench = sub.add_parser("run")
     bench.add_argument("directory")
     bench.add_argument("--megatron-lm", required=True)
-    bench.add_argument("--builder", default=os.path.join(os.path.dirname(HERE), "jobs", "build_dataset.py"))
+    bench.add_argument(
+        "--builder",
+        default=os.path.join(os.path.dirname(HERE), "plugins", "module_utils", "trainops", "node", "build_dataset.py"),
+    )
     bench.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     bench.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()

@@ -57,7 +57,7 @@ def job_alone(round_: int) -> float:
     """torchrun on both nodes by hand, as the runbook did; returns the seconds to the first iteration line."""
     log_dir = f"/tmp/bench-alone-{round_}"
     in_container("node1", "cat > /dev/null")  # warm the exec path
-    script = ROOT / "jobs" / "smoke_train.py"
+    script = ROOT / "plugins" / "module_utils" / "trainops" / "node" / "smoke_train.py"
     for node in NODES:
         subprocess.run(
             ["docker", "exec", "-i", NODES[node], "docker", "exec", "-i", "train", "sh", "-c", "cat > /tmp/smoke.py"],

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The node programs of this checkout (the smoke job), as a container has them under /opt/mtt-train-ops/<version>/.
+PROGRAMS = ROOT / "plugins" / "module_utils" / "trainops" / "node"
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 import yaml  # noqa: E402
@@ -133,7 +135,8 @@ def backend_for(megatron: Path) -> dict[str, Any]:
 
 
 def render_launch(plan: dict[str, Any], backend: dict[str, Any]) -> Path:
-    """templates/launch.sh.j2 for the plan's one node, written into its run dir (with the smoke job if it runs)."""
+    """templates/launch.sh.j2 for the plan's one node, written into its run dir; its programs (the smoke job) are
+    this checkout's node package."""
     import jinja2
 
     env = jinja2.Environment(
@@ -143,12 +146,12 @@ def render_launch(plan: dict[str, Any], backend: dict[str, Any]) -> Path:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(quote=shlex.quote, trainops_shell_arg_lines=shell_arg_lines, trainops_one_line=one_line)
-    text = env.get_template("launch.sh.j2").render(render_plan=plan, render_backend=backend, node=plan["nodes"][0])
+    text = env.get_template("launch.sh.j2").render(
+        render_plan=plan, render_backend=backend, render_node_programs=str(PROGRAMS), node=plan["nodes"][0]
+    )
     run_dir = Path(plan["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
-    if plan["job"] == "smoke":
-        shutil.copy(ROOT / "jobs" / "smoke_train.py", run_dir / "smoke_train.py")
     script = run_dir / "launch-card0.sh"
     script.write_text(text)
     script.chmod(0o755)
@@ -175,7 +178,7 @@ def rendered_vector(script: Path) -> list[str]:
 def check_vector(plan: dict[str, Any], script: Path, backend: dict[str, Any]) -> list[str]:
     vector = rendered_vector(script)
     if plan["job"] == "smoke":
-        expected = [f"{plan['run_dir']}/smoke_train.py", *plan["smoke_args"]]
+        expected = [f"{PROGRAMS}/smoke_train.py", *plan["smoke_args"]]
         expected += ["--backend", backend["torch_distributed_backend"]]
     else:
         expected = [backend["megatron_entrypoint"], *plan["megatron_args"]]

@@ -36,6 +36,11 @@ options:
     description: Name of the training container on the master.
     type: str
     default: train
+  programs:
+    description: The node package's programs in the container (C(/opt/mtt-train-ops/<version>/trainops/node),
+      installed by the node_package role); the checkpoint scanner runs from there.
+    type: str
+    required: true
   diagnose:
     description: The run's C(diagnose.sh) inside the container; defaults to the one beside O(probe).
     type: str
@@ -89,7 +94,7 @@ options:
     type: dict
   verify_checkpoints:
     description: After each save Megatron reports, scan the checkpoint directory on the master
-      (C(<run_dir>/checkpoint_scan.py)) and judge the new save (docs/checkpoints.md).
+      (O(programs)C(/checkpoint_scan.py)) and judge the new save (docs/checkpoints.md).
     type: bool
     default: true
   keep_checkpoints:

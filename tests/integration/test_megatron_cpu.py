@@ -61,7 +61,7 @@ def container():
     assert started.returncode == 0, started.stderr
     # the image ships the dataset helpers unbuilt and the patch makes Megatron's compile a no-op, as the vendor's
     # image and musa_patch do: build them as provision.yml does (roles/dataset_helpers)
-    script = (ROOT / "roles/dataset_helpers/files/dataset_helpers.py").read_text()
+    script = (ROOT / "plugins/module_utils/trainops/node/dataset_helpers.py").read_text()
     built = _run("docker", "exec", name, "python3", "-c", script, "--megatron-home=/home/Megatron-LM", "--mode=build")
     assert built.returncode == 0 and '"importable": true' in built.stdout, built.stdout + built.stderr
     yield name

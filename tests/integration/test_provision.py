@@ -13,11 +13,15 @@ import time
 
 import pytest
 import yaml
+from trainops import node_package
 
 from testbed import NODE_CONTAINERS as NODE_CONTAINERS_BY_NAME
 from testbed import ROOT, docker, images, in_container, in_node, inventory_copy, playbook, recap
 
 pytestmark = pytest.mark.testbed
+
+#: This checkout's core and node programs (the node package provision.yml installs).
+PACKAGE = ROOT / "plugins" / "module_utils" / "trainops"
 
 
 #: the other build put under the archive's tag on node2 before the converging run
@@ -235,34 +239,29 @@ def test_more_slots_than_cards_is_named(musa_inventory):
     assert "node2: mthreads-gmi shows 8 card(s) (0, 1, 2, 3, 4, 5, 6, 7), but slots=9 asks for 9" in result.stdout
 
 
+def test_the_node_package_of_this_checkout_is_installed_whole_in_every_container(converged):
+    """provision.yml's node_package role: /opt/mtt-train-ops/<version> with its .complete mark, current pointing at
+    it, and its programs importing the installed core (the version is checked again from inside the container)."""
+    version = node_package.version(str(PACKAGE))
+    for node in ("node1", "node2"):
+        root = node_package.ROOT
+        check = (f"import sys; sys.path.insert(0, '{root}/{version}'); from trainops import node_package as p; "
+                 f"print(p.version('{root}/{version}/trainops'))")  # fmt: skip
+        shown = in_container(node, f"cat {root}/{version}/.complete && readlink {root}/current && "
+                                   f"cd / && python3 -c \"{check}\"").stdout  # fmt: skip
+        assert shown.split() == [version, version, version], (node, shown)
+
+
 def test_smoke_job_trains_across_nodes_and_logs_megatron_lines(converged):
-    """The smoke job (jobs/smoke_train.py) under torchrun on both provisioned containers: megatron-core's groups
-    for tp=2 over 2 nodes x 2 ranks, an all-reduce checked in each, real training on the testbed dataset, and
-    Megatron-format iteration lines that megatron_log parses."""
+    """The smoke job (trainops/node/smoke_train.py) under torchrun on both provisioned containers: megatron-core's
+    groups for tp=2 over 2 nodes x 2 ranks, an all-reduce checked in each, real training on the testbed dataset,
+    and Megatron-format iteration lines that megatron_log parses."""
     import subprocess
 
     from trainops.megatron_log import parse_lines
 
-    script = (ROOT / "jobs" / "smoke_train.py").read_bytes()
-    for node in ("node1", "node2"):
-        subprocess.run(
-            [
-                "docker",
-                "exec",
-                "-i",
-                NODE_CONTAINERS_BY_NAME[node],
-                "docker",
-                "exec",
-                "-i",
-                "train",
-                "sh",
-                "-c",
-                "cat > /tmp/smoke_train.py",
-            ],
-            input=script,
-            check=True,
-            timeout=60,
-        )
+    # the node package provision.yml installed: this checkout's version, in both containers
+    program = f"{node_package.programs_dir(node_package.version(str(PACKAGE)))}/smoke_train.py"
     command = [
         "torchrun",
         "--nnodes",
@@ -275,7 +274,7 @@ def test_smoke_job_trains_across_nodes_and_logs_megatron_lines(converged):
         "14395",
     ]
     job = [
-        "/tmp/smoke_train.py",
+        program,
         "--tp",
         "2",
         "--train-iters",

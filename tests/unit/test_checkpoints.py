@@ -1,6 +1,6 @@
 """The checkpoint verdicts, the resume choice, retention and the disk guard (trainops.checkpoints), on a listing
 recorded from Megatron-LM core_v0.14.0's own torch_dist saves on the testbed (tests/fixtures/checkpoints: the
-tiny preset, tp1 pp2 dp2, saves at 5, 10 and 15, scanned by roles/checkpoints/files/checkpoint_scan.py)."""
+tiny preset, tp1 pp2 dp2, saves at 5, 10 and 15, scanned by plugins/module_utils/trainops/node/checkpoint_scan.py)."""
 
 from __future__ import annotations
 
@@ -183,6 +183,8 @@ def test_the_disk_guard():
 
 
 WATCH_PLAN = dict(PLAN, run_dir="/data/runs/x/r1", checkpoint_dir=RECORDED["dir"])
+#: The node package's programs in the container, where the watcher runs the scanner from.
+PROGRAMS = "/opt/mtt-train-ops/0123456789ab/trainops/node"
 
 
 def reply(out: dict) -> dict:
@@ -190,10 +192,11 @@ def reply(out: dict) -> dict:
 
 
 def test_the_watch_judges_each_save_once_and_says_so():
-    watch = ck.CheckpointWatch(WATCH_PLAN, {})
+    watch = ck.CheckpointWatch(WATCH_PLAN, PROGRAMS, {})
     assert not watch.wants_scan
     watch.note_saved(10)
     assert watch.wants_scan and watch.scan_argv()[-1] == ""
+    assert watch.scan_argv()[:3] == ["python3", f"{PROGRAMS}/checkpoint_scan.py", "scan"]
     lines = watch.on_scan(reply(listing(tracker="10")), wall=save(RECORDED, 10)["mtime"] + 2.5, running=True)
     assert lines == [
         "checkpoint   iteration 5 verified: 24.22 MiB, 11 files (4.1 s after it was written)",
@@ -208,7 +211,7 @@ def test_the_watch_judges_each_save_once_and_says_so():
 
 
 def test_the_watch_removes_what_retention_lets_go_or_only_says_so():
-    watch = ck.CheckpointWatch(WATCH_PLAN, {"keep_checkpoints": 1})
+    watch = ck.CheckpointWatch(WATCH_PLAN, PROGRAMS, {"keep_checkpoints": 1})
     watch.on_scan(reply(listing()), wall=2e9)
     assert watch.wants_apply and watch.apply_input()["remove"] == ["iter_0000005", "iter_0000010"]
     lines = watch.on_apply({"rc": 0, "stdout": json.dumps({"removed": ["iter_0000005", "iter_0000010"]})}, wall=2e9)
@@ -218,7 +221,7 @@ def test_the_watch_removes_what_retention_lets_go_or_only_says_so():
     ]
     assert [s["iteration"] for s in watch.result()["saves"]] == [15]
     assert [s["iteration"] for s in watch.result()["removed"]] == [5, 10]
-    dry = ck.CheckpointWatch(WATCH_PLAN, {"keep_checkpoints": 2, "keep_dry_run": True})
+    dry = ck.CheckpointWatch(WATCH_PLAN, PROGRAMS, {"keep_checkpoints": 2, "keep_dry_run": True})
     lines = dry.on_scan(reply(listing()), wall=2e9)
     assert not dry.wants_apply and lines[-1].startswith(
         "checkpoint   keep_dry_run: keep_checkpoints=2 would remove iteration 5"
@@ -226,13 +229,13 @@ def test_the_watch_removes_what_retention_lets_go_or_only_says_so():
 
 
 def test_the_watch_reports_a_filling_disk_and_a_failed_scan():
-    watch = ck.CheckpointWatch(WATCH_PLAN, {})
+    watch = ck.CheckpointWatch(WATCH_PLAN, PROGRAMS, {})
     lines = watch.on_scan(reply(listing(free_bytes=PLAN["checkpoint_bytes"] // 2)), wall=2e9)
     assert (
         lines[-1].startswith("[WARNING] checkpoint disk: 11.94 MiB free at ") and "not one checkpoint fits" in lines[-1]
     )
     assert watch.suffix(2e9).endswith("ckpt disk full")
     assert "failed: Permission denied" in watch.on_scan({"failed": True, "msg": "Permission denied"}, wall=2e9)[0]
-    off = ck.CheckpointWatch(WATCH_PLAN, {"verify_checkpoints": False})
+    off = ck.CheckpointWatch(WATCH_PLAN, PROGRAMS, {"verify_checkpoints": False})
     off.note_saved(5)
     assert not off.wants_scan

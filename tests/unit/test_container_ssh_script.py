@@ -3,7 +3,6 @@ sshd pid file trusted only when it names a running sshd with our config (process
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,13 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from trainops.node import container_ssh
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "container_ssh", ROOT / "roles" / "container_ssh" / "files" / "container_ssh.py"
-)
-container_ssh = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(container_ssh)
 
 CONFIG = "/etc/ssh/sshd_config_mtt_train_ops"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="writes root-owned files")

@@ -69,6 +69,7 @@ def test_each_filter_file_keeps_to_one_concern_and_imports_the_core_it_wraps():
         "trainops_health",
         "trainops_provision",
         "trainops_render",
+        "trainops_node_package",
         "trainops_run",
         "trainops_slurm",
     }

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 from pathlib import Path
 
 from trainops import incidents, inputs, invocation, outcome
+from trainops.node import run_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = str(ROOT)
-
-_spec = importlib.util.spec_from_file_location("run_groups", ROOT / "roles" / "run_groups" / "files" / "run_groups.py")
-run_groups = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(run_groups)
 
 
 def test_ansible_cfg_names_the_empty_inventory_and_it_has_no_host():

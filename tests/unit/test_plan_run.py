@@ -122,8 +122,9 @@ def test_smoke_args_carry_the_plan():
         "--save-interval": "5",
         "--distributed-timeout-minutes": "10",
     }
-    # Every flag is one that jobs/smoke_train.py's parser defines.
-    defined = set(re.findall(r'add_argument\(\s*"(--[a-z-]+)"', (ROOT / "jobs" / "smoke_train.py").read_text()))
+    # Every flag is one that trainops/node/smoke_train.py's parser defines.
+    smoke_job = ROOT / "plugins" / "module_utils" / "trainops" / "node" / "smoke_train.py"
+    defined = set(re.findall(r'add_argument\(\s*"(--[a-z-]+)"', smoke_job.read_text()))
     assert set(pairs) <= defined
 
 

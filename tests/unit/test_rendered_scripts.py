@@ -66,11 +66,13 @@ def render_all(tmp_path: Path, accelerator: str, smoke: bool) -> dict[str, str]:
         "render_known_hosts": HOSTILE,
         "render_py_spy": HOSTILE,
         "render_stop_grace_s": 5,
+        "render_node_programs": HOSTILE,
         "slurm_plan": bad_plan,
         "slurm_options": [HOSTILE, "--nodes=2"],
         "slurm_batch_container": HOSTILE,
         "slurm_batch_go_timeout": 4,
         "slurm_batch_stop_grace_s": 5,
+        "slurm_batch_programs": HOSTILE,
     }
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     templates = sorted(p.name for p in (ROOT / "templates").glob("*.j2"))

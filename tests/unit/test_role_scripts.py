@@ -1,5 +1,6 @@
-"""The programs the roles run in the training containers (roles/*/files/*.py), run here exactly as the roles run
-them: ``python3 -c "<the file's text>" --named arguments``, on this machine's processes and files."""
+"""The programs the roles run in the training containers (the node package's, trainops/node/*.py), run here
+exactly as the roles run them: ``python3 <the program's path> --named arguments``, on this machine's processes and
+files."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from trainops.dataset_manifest import written_size_problems
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(role: str, script: str, *args: str, stdin: str = "", env: dict | None = None, timeout: float = 60):
-    text = (ROOT / "roles" / role / "files" / script).read_text()
+#: The node programs in this checkout (installed in the containers as /opt/mtt-train-ops/<version>/trainops/node).
+PROGRAMS = ROOT / "plugins" / "module_utils" / "trainops" / "node"
+
+
+def run(script: str, *args: str, stdin: str = "", env: dict | None = None, timeout: float = 60):
     return subprocess.run(
-        [sys.executable, "-c", text, *args],
+        [sys.executable, str(PROGRAMS / script), *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -48,7 +52,7 @@ def test_pack_logs_packs_the_nodes_logs_with_its_launch_output_and_exit_status(t
     (run_dir / "exit").mkdir()
     (run_dir / "exit" / "node1.rc").write_text("0\n")
     pack = tmp_path / "pack.tgz"
-    done = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node1", "--pack", str(pack))
+    done = run("pack_logs.py", "--run-dir", str(run_dir), "--node", "node1", "--pack", str(pack))
     assert done.returncode == 0, done.stderr
     with tarfile.open(pack) as tar:
         names = sorted(tar.getnames())
@@ -59,18 +63,18 @@ def test_pack_logs_packs_the_nodes_logs_with_its_launch_output_and_exit_status(t
 def test_pack_logs_writes_no_empty_pack_for_a_node_whose_launch_did_not_start(tmp_path):
     (tmp_path / "run").mkdir()
     pack = tmp_path / "node2.tgz"
-    done = run("collect", "pack_logs.py", "--run-dir", str(tmp_path / "run"), "--node", "node2", "--pack", str(pack))
+    done = run("pack_logs.py", "--run-dir", str(tmp_path / "run"), "--node", "node2", "--pack", str(pack))
     assert done.returncode == 3 and "its launch did not start" in done.stderr and not pack.exists()
 
 
 def test_pack_logs_names_a_missing_run_directory(tmp_path):
-    done = run("collect", "pack_logs.py", "--run-dir", str(tmp_path / "gone"), "--node", "n", "--pack", "/tmp/x.tgz")
+    done = run("pack_logs.py", "--run-dir", str(tmp_path / "gone"), "--node", "n", "--pack", "/tmp/x.tgz")
     assert done.returncode == 2
     assert f"the run directory {tmp_path / 'gone'} does not exist" in done.stderr
 
 
 def test_pack_logs_requires_its_named_arguments():
-    done = run("collect", "pack_logs.py", "--node", "n")
+    done = run("pack_logs.py", "--node", "n")
     assert done.returncode == 2 and "--run-dir" in done.stderr
 
 
@@ -79,7 +83,7 @@ def test_pack_logs_requires_its_named_arguments():
 
 def test_write_run_files_writes_each_file_whole_with_scripts_executable(tmp_path):
     files = {"plan.json": "{}", "launch-node1.sh": "#!/bin/bash\n", "sub/smoke.py": "print(1)\n"}
-    done = run("launch", "write_run_files.py", "--run-dir", str(tmp_path), stdin=json.dumps(files))
+    done = run("write_run_files.py", "--run-dir", str(tmp_path), stdin=json.dumps(files))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "3"
     assert (tmp_path / "plan.json").read_text() == "{}"
@@ -100,10 +104,10 @@ def test_write_run_files_refuses_a_busy_node_naming_the_controllers_commands(tmp
     )
     try:
         (run_dir / "pids" / "node1.pid").write_text(f"{sleeper.pid}\n")
-        files = {"run_groups.py": (ROOT / "roles/run_groups/files/run_groups.py").read_text()}
+        files = {"plan.json": "{}"}
         new_run = tmp_path / "new-run"
         done = run(
-            "launch", "write_run_files.py", "--run-dir", str(new_run), "--node", "node1",
+            "write_run_files.py", "--run-dir", str(new_run), "--node", "node1",
             "--work-home", str(work_home), "--stop-command", "ansible-playbook -i inventory/site stop.yml",
             "--status-command", "ansible-playbook -i inventory/site playbooks/status.yml",
             stdin=json.dumps(files),
@@ -118,7 +122,7 @@ def test_write_run_files_refuses_a_busy_node_naming_the_controllers_commands(tmp
 
 @pytest.mark.parametrize("name", ["../escape.sh", "/etc/passwd"])
 def test_write_run_files_refuses_names_outside_the_run_directory(tmp_path, name):
-    done = run("launch", "write_run_files.py", "--run-dir", str(tmp_path / "run"), stdin=json.dumps({name: "x"}))
+    done = run("write_run_files.py", "--run-dir", str(tmp_path / "run"), stdin=json.dumps({name: "x"}))
     assert done.returncode == 2 and "outside the run directory" in done.stderr
     assert not (tmp_path / "escape.sh").exists()
 
@@ -132,17 +136,17 @@ def test_write_run_files_refuses_a_node_where_a_launch_still_runs_writing_nothin
     try:
         assert wait_for_pgid(sleeper.pid)
         (busy / "pids" / "node1.pid").write_text(f"{sleeper.pid}\n")
-        files = {"run_groups.py": (ROOT / "roles" / "run_groups" / "files" / "run_groups.py").read_text(), "a.sh": ""}
+        files = {"a.sh": ""}
         run_dir = work_home / "runs" / "new" / "r2"
         args = ["--run-dir", str(run_dir), "--node", "node1", "--work-home", str(work_home)]
-        done = run("launch", "write_run_files.py", *args, stdin=json.dumps(files))
+        done = run("write_run_files.py", *args, stdin=json.dumps(files))
         assert done.returncode == 3 and not run_dir.exists(), done.stderr
         assert f"node1: a job is running: run 'other/r1' (process group {sleeper.pid}" in done.stderr
         assert "stop.yml" in done.stderr
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert run("launch", "write_run_files.py", *args, stdin=json.dumps(files)).returncode == 0
+    assert run("write_run_files.py", *args, stdin=json.dumps(files)).returncode == 0
     assert (run_dir / "a.sh").is_file()
 
 
@@ -166,14 +170,14 @@ def test_measure_sizes_the_dataset_pair_and_a_tokenizer_directory(tmp_path):
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "a.json").write_bytes(b"y" * 3)
     (tmp_path / "tok" / "b.model").write_bytes(b"z" * 4)
-    done = run("dataset", "measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
+    done = run("measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
     assert done.returncode == 0, done.stderr
     measured = json.loads(done.stdout)
     sizes = {str(tmp_path / "ds.bin"): 10, str(tmp_path / "ds.idx"): None, str(tmp_path / "tok"): 7}
     assert measured == {"sizes": sizes, "manifest": None, "data_path_is_directory": False}
     # with data.yml's manifest, its output part (what was written) comes too; a manifest cut short reads as none
     (tmp_path / "ds.manifest.json").write_text(json.dumps({"output": {"bin_bytes": 12, "idx_bytes": 5}}))
-    done = run("dataset", "measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
+    done = run("measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
     assert json.loads(done.stdout)["manifest"] == {"bin_bytes": 12, "idx_bytes": 5}
     problems = written_size_problems("node2", str(tmp_path / "ds"), sizes, {"bin_bytes": 12, "idx_bytes": 5})
     assert problems == [
@@ -182,7 +186,7 @@ def test_measure_sizes_the_dataset_pair_and_a_tokenizer_directory(tmp_path):
         "manifest again from one source (or run playbooks/data.yml)"
     ]  # the missing .idx is the missing-file refusal's
     (tmp_path / "ds.manifest.json").write_text('{"output": {"bin_')
-    done = run("dataset", "measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
+    done = run("measure.py", "--data-path", str(tmp_path / "ds"), "--tokenizer-path", str(tmp_path / "tok"))
     assert json.loads(done.stdout)["manifest"] is None
 
 
@@ -199,14 +203,14 @@ def fake_test(tmp_path):
 
 
 def test_allreduce_perf_runs_the_sweep_on_this_nodes_cards(fake_test):
-    done = run("collective", "allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
+    done = run("allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
                "--timeout", "30")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "args: -b 8 -e 1G -f 2 -g 8 -c 1"
 
 
 def test_allreduce_perf_exits_127_without_the_test_binary(tmp_path):
-    done = run("collective", "allreduce_perf.py", "--test", str(tmp_path / "none"), "--max-bytes", "1G", "--gpus",
+    done = run("allreduce_perf.py", "--test", str(tmp_path / "none"), "--max-bytes", "1G", "--gpus",
                "8", "--timeout", "30")  # fmt: skip
     assert done.returncode == 127 and "no executable all_reduce_perf" in done.stderr
 
@@ -217,7 +221,7 @@ def test_allreduce_perf_across_nodes_exits_126_without_mpirun(fake_test, tmp_pat
         os.symlink(
             subprocess.check_output(["sh", "-c", f"command -v {tool}"], text=True).strip(), tmp_path / "bin" / tool
         )
-    done = run("collective", "allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
+    done = run("allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
                "--timeout", "30", "--hosts", "10.0.0.1,10.0.0.2", env={"PATH": str(tmp_path / "bin")})  # fmt: skip
     assert done.returncode == 126 and "no mpirun" in done.stderr
 
@@ -227,7 +231,7 @@ def test_allreduce_perf_across_nodes_runs_mpirun_over_the_containers_sshd(fake_t
     mpirun = tmp_path / "bin" / "mpirun"
     mpirun.write_text('#!/bin/sh\necho "mpirun $*"\n')
     mpirun.chmod(0o755)
-    done = run("collective", "allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
+    done = run("allreduce_perf.py", "--test", str(fake_test), "--max-bytes", "1G", "--gpus", "8",
                "--timeout", "30", "--hosts", "10.0.0.1,10.0.0.2", "--ssh-port", "2299", "--ssh-key", "/k",
                env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -243,11 +247,11 @@ def test_allreduce_perf_across_nodes_runs_mpirun_over_the_containers_sshd(fake_t
 
 def test_port_probe_node_master_serves_a_worker_that_reaches_it():
     port = _free_port()
-    master = run("network", "port_probe.py", "node", "--role", "master", "--port", str(port), "--master-addr", "-",
+    master = run("port_probe.py", "node", "--role", "master", "--port", str(port), "--master-addr", "-",
                  "--timeout", "5", "--listen-seconds", "10", "--probes", "1", "--names", "localhost")  # fmt: skip
     assert master.returncode == 0, master.stderr
     assert json.loads(master.stdout)["probe_error"] is None
-    worker = run("network", "port_probe.py", "node", "--role", "worker", "--port", str(port),
+    worker = run("port_probe.py", "node", "--role", "worker", "--port", str(port),
                  "--master-addr", "127.0.0.1", "--timeout", "5", "--listen-seconds", "10", "--probes", "0",
                  "--names", "localhost")  # fmt: skip
     assert worker.returncode == 0, worker.stderr
@@ -260,14 +264,14 @@ def test_port_probe_node_master_exits_3_when_its_port_is_taken():
         taken.bind(("0.0.0.0", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        done = run("network", "port_probe.py", "node", "--role", "master", "--port", str(port), "--master-addr", "-",
+        done = run("port_probe.py", "node", "--role", "master", "--port", str(port), "--master-addr", "-",
                    "--timeout", "1", "--listen-seconds", "1", "--probes", "1")  # fmt: skip
     assert done.returncode == 3 and f"port {port} is in use" in done.stdout
 
 
 def test_port_probe_node_worker_names_a_master_that_does_not_answer():
     port = _free_port()
-    done = run("network", "port_probe.py", "node", "--role", "worker", "--port", str(port), "--master-addr",
+    done = run("port_probe.py", "node", "--role", "worker", "--port", str(port), "--master-addr",
                "127.0.0.1", "--timeout", "1", "--listen-seconds", "1", "--probes", "0")  # fmt: skip
     assert done.returncode == 0
     assert json.loads(done.stdout)["probe_error"]
@@ -284,7 +288,7 @@ def _builder(directory: Path, body: str) -> None:
 def _wait_for_rc(directory: Path, limit: float = 30) -> dict:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        polled = json.loads(run("data_build", "build_job.py", "poll", "--dir", str(directory)).stdout)
+        polled = json.loads(run("build_job.py", "poll", "--dir", str(directory)).stdout)
         if polled["rc"] is not None:
             return polled
         time.sleep(0.2)
@@ -296,32 +300,48 @@ def test_build_job_starts_detached_reports_progress_and_the_outcome(tmp_path):
              "json.dump({'state': 'done', 'tokens': 7}, open(sys.argv[2], 'w'))\n"
              "print('args', sys.argv[3:])\n")  # fmt: skip
     started = time.monotonic()
-    done = run("data_build", "build_job.py", "start", "--dir", str(tmp_path), "--", "--input", "/x")
+    done = run(
+        "build_job.py",
+        "start",
+        "--dir",
+        str(tmp_path),
+        "--builder",
+        str(tmp_path / "build_dataset.py"),
+        "--",
+        "--input",
+        "/x",
+    )
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 10
     polled = _wait_for_rc(tmp_path)
     assert polled == {"rc": 0, "progress": {"state": "done", "tokens": 7}}
-    outcome = json.loads(run("data_build", "build_job.py", "outcome", "--dir", str(tmp_path)).stdout)
+    outcome = json.loads(run("build_job.py", "outcome", "--dir", str(tmp_path)).stdout)
     assert outcome == {"rc": 0, "error": "", "tail": ["args ['--input', '/x']"]}
 
 
 def test_build_job_outcome_names_the_builders_error(tmp_path):
     _builder(tmp_path, "print('working')\nprint('ERROR: input /x does not exist')\nraise SystemExit(3)\n")
-    assert run("data_build", "build_job.py", "start", "--dir", str(tmp_path)).returncode == 0
+    assert (
+        run("build_job.py", "start", "--dir", str(tmp_path), "--builder", str(tmp_path / "build_dataset.py")).returncode
+        == 0
+    )
     assert _wait_for_rc(tmp_path)["rc"] == 3
-    outcome = json.loads(run("data_build", "build_job.py", "outcome", "--dir", str(tmp_path)).stdout)
+    outcome = json.loads(run("build_job.py", "outcome", "--dir", str(tmp_path)).stdout)
     assert outcome["rc"] == 3 and outcome["error"] == "input /x does not exist"
 
 
 def test_build_job_refuses_a_second_build_of_the_same_output(tmp_path):
     _builder(tmp_path, "import time\ntime.sleep(30)\n")
-    assert run("data_build", "build_job.py", "start", "--dir", str(tmp_path)).returncode == 0
+    assert (
+        run("build_job.py", "start", "--dir", str(tmp_path), "--builder", str(tmp_path / "build_dataset.py")).returncode
+        == 0
+    )
     deadline = time.monotonic() + 10
     while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     pid = int((tmp_path / "pid").read_text())
     try:
-        again = run("data_build", "build_job.py", "start", "--dir", str(tmp_path))
+        again = run("build_job.py", "start", "--dir", str(tmp_path), "--builder", str(tmp_path / "build_dataset.py"))
         assert again.returncode == 9
         assert f"already running (pid {pid}, log {tmp_path / 'log'})" in again.stderr
     finally:
@@ -340,7 +360,7 @@ def test_pack_logs_sets_an_attempts_logs_aside_for_the_next(tmp_path):
     (run_dir / "exit").mkdir()
     (run_dir / "exit" / "node2.rc").write_text("1\n")
     target = run_dir / "attempt-1"
-    done = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node2", "--set-aside", str(target))
+    done = run("pack_logs.py", "--run-dir", str(run_dir), "--node", "node2", "--set-aside", str(target))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["moved"] == ["logs/node2", "logs/launch-node2.out", "exit/node2.rc"]
     assert (target / "logs" / "node2" / "x_abc" / "attempt_0" / "1" / "stdout.log").read_text() == "iteration 3\n"
@@ -357,17 +377,17 @@ def test_pack_logs_on_the_master_adds_the_checkpoint_and_the_restart_mark(tmp_pa
     ckpt.mkdir()
     (run_dir / "logs" / "launch-node1.out").write_text("started\n")
     args = ["--run-dir", str(run_dir), "--node", "node1", "--pack", str(tmp_path / "p.tgz"), "--checkpoint-dir"]
-    assert run("collect", "pack_logs.py", *args, str(ckpt)).returncode == 0
+    assert run("pack_logs.py", *args, str(ckpt)).returncode == 0
     with tarfile.open(tmp_path / "p.tgz") as tar:
         assert json.load(tar.extractfile("node1/marks.json")) == {"checkpoint": "", "restarting": False}
     (ckpt / "latest_checkpointed_iteration.txt").write_text("15\n")
     (run_dir / "restarting").write_text("x")
-    assert run("collect", "pack_logs.py", *args, str(ckpt)).returncode == 0
+    assert run("pack_logs.py", *args, str(ckpt)).returncode == 0
     with tarfile.open(tmp_path / "p.tgz") as tar:
         assert json.load(tar.extractfile("node1/marks.json")) == {"checkpoint": "15", "restarting": True}
     # set aside before the next attempt, the mark is read again: stop.yml may have removed it meanwhile
     (run_dir / "restarting").unlink()
-    aside = run("collect", "pack_logs.py", "--run-dir", str(run_dir), "--node", "node1", "--set-aside",
+    aside = run("pack_logs.py", "--run-dir", str(run_dir), "--node", "node1", "--set-aside",
                 str(run_dir / "attempt-1"))  # fmt: skip
     assert json.loads(aside.stdout) == {"moved": ["logs/node1", "logs/launch-node1.out"], "restarting": False}
 
@@ -430,7 +450,7 @@ def test_checkpoint_scan_reads_each_save_and_its_index_without_torch(tmp_path):
     (tmp_path / "data-cache").mkdir()
     with open(tmp_path / "iter_0000010" / "__1_0.distcp", "r+b") as handle:
         handle.truncate(1234)
-    done = run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path))
+    done = run("checkpoint_scan.py", "scan", str(tmp_path))
     assert done.returncode == 0, done.stderr
     listing = json.loads(done.stdout)
     assert listing["tracker"] == "10" and listing["free_bytes"] > 0
@@ -443,11 +463,11 @@ def test_checkpoint_scan_reads_each_save_and_its_index_without_torch(tmp_path):
 
     shutil.rmtree(tmp_path / "iter_0000010")
     shutil.copytree(tmp_path / "iter_0000005", tmp_path / "iter_0000010")
-    again = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path), "--skip", "5").stdout)
+    again = json.loads(run("checkpoint_scan.py", "scan", str(tmp_path), "--skip", "5").stdout)
     assert again["saves"][0] == {"name": "iter_0000005", "iteration": 5, "partial": True}
     assert again["saves"][1]["fingerprint"] == first["fingerprint"]
     (tmp_path / "iter_0000010" / ".metadata").write_bytes(b"\x80\x04garbage")
-    broken = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path)).stdout)
+    broken = json.loads(run("checkpoint_scan.py", "scan", str(tmp_path)).stdout)
     assert "index_error" in broken["saves"][1] and "needed" not in broken["saves"][1]
 
 
@@ -519,7 +539,7 @@ def test_checkpoint_scan_reads_the_arguments_megatron_recorded_without_torch(tmp
         _torch_dist_save(tmp_path / f"iter_{iteration:07d}", {"__0_0.distcp": 1000})
     _common_pt(tmp_path / "iter_0000010" / "common.pt", args)
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("10\n")
-    done = run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path), "--args")
+    done = run("checkpoint_scan.py", "scan", str(tmp_path), "--args")
     assert done.returncode == 0, done.stderr
     first, newest = json.loads(done.stdout)["saves"]
     assert "args" not in first and "args_error" not in first  # only the newest save's
@@ -528,7 +548,7 @@ def test_checkpoint_scan_reads_the_arguments_megatron_recorded_without_torch(tmp
     assert newest["args"]["attention_backend"] == "megatron.core.transformer.enums.AttnBackend(5)"
     assert {k: newest["args"][k] for k in args} == args
     (tmp_path / "iter_0000010" / "common.pt").write_bytes(b"common")  # not a zip: named, not fatal
-    broken = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(tmp_path), "--args").stdout)
+    broken = json.loads(run("checkpoint_scan.py", "scan", str(tmp_path), "--args").stdout)
     assert broken["saves"][1]["args_error"].startswith("common.pt: BadZipFile")
 
 
@@ -537,18 +557,18 @@ def test_checkpoint_scan_lists_and_adopts_the_old_style_directory(tmp_path):
     _torch_dist_save(old / "iter_0000005", {"__0_0.distcp": 1000})
     (old / "latest_checkpointed_iteration.txt").write_text("5\n")
     (new / "data-cache").mkdir(parents=True)  # a launch that never saved made it
-    listed = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(new), "--legacy", str(old)).stdout)
+    listed = json.loads(run("checkpoint_scan.py", "scan", str(new), "--legacy", str(old)).stdout)
     assert listed["dir"] == str(old) and listed["legacy_of"] == str(new) and listed["tracker"] == "5"
-    done = run("checkpoints", "checkpoint_scan.py", "adopt", str(old), str(new))
+    done = run("checkpoint_scan.py", "adopt", str(old), str(new))
     assert json.loads(done.stdout)["moved"] == ["iter_0000005", "latest_checkpointed_iteration.txt"], done.stderr
     assert not old.exists() and (new / "iter_0000005" / ".metadata").is_file() and (new / "data-cache").is_dir()
-    again = json.loads(run("checkpoints", "checkpoint_scan.py", "adopt", str(old), str(new)).stdout)
+    again = json.loads(run("checkpoint_scan.py", "adopt", str(old), str(new)).stdout)
     assert again["moved"] == []  # a peer on shared storage moved it
     _torch_dist_save(old / "iter_0000005", {"__0_0.distcp": 1000})
-    kept = json.loads(run("checkpoints", "checkpoint_scan.py", "scan", str(new), "--legacy", str(old)).stdout)
+    kept = json.loads(run("checkpoint_scan.py", "scan", str(new), "--legacy", str(old)).stdout)
     assert kept["dir"] == str(new) and "legacy_of" not in kept  # the new directory has saves: the old is not read
     gone = tmp_path / "fresh"
-    whole = json.loads(run("checkpoints", "checkpoint_scan.py", "adopt", str(old), str(gone)).stdout)
+    whole = json.loads(run("checkpoint_scan.py", "adopt", str(old), str(gone)).stdout)
     assert whole["moved"] == [str(old)] and (gone / "iter_0000005").is_dir()
 
 
@@ -557,13 +577,13 @@ def test_checkpoint_scan_sets_aside_and_removes_only_saves_never_the_trackers(tm
         (tmp_path / f"iter_{iteration:07d}").mkdir()
         (tmp_path / f"iter_{iteration:07d}" / "smoke.pt").write_bytes(b"x" * iteration)
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("15\n")
-    done = run("checkpoints", "checkpoint_scan.py", "resume", str(tmp_path), "--tag", "attempt-2", "--tracker", "10",
+    done = run("checkpoint_scan.py", "resume", str(tmp_path), "--tag", "attempt-2", "--tracker", "10",
                "--set-aside", "iter_0000015")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["moved"] == [str(tmp_path / "set-aside" / "iter_0000015.attempt-2")]
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "10\n"
     assert (tmp_path / "set-aside" / "iter_0000015.attempt-2" / "smoke.pt").is_file()
-    bad = run("checkpoints", "checkpoint_scan.py", "resume", str(tmp_path), "--tag", "t", "--set-aside", "../etc")
+    bad = run("checkpoint_scan.py", "resume", str(tmp_path), "--tag", "t", "--set-aside", "../etc")
     assert bad.returncode != 0 and "is not a save's name" in bad.stderr
     ledger = str(tmp_path / "run" / "checkpoints.json")
     request = {
@@ -571,7 +591,7 @@ def test_checkpoint_scan_sets_aside_and_removes_only_saves_never_the_trackers(tm
         "ledger": {"saves": []},
         "ledger_path": ledger,
     }
-    removed = run("checkpoints", "checkpoint_scan.py", "apply", str(tmp_path), stdin=json.dumps(request))
+    removed = run("checkpoint_scan.py", "apply", str(tmp_path), stdin=json.dumps(request))
     assert json.loads(removed.stdout) == {"removed": ["iter_0000005"]}  # 10 is the tracker's
     assert sorted(os.listdir(tmp_path)) == ["iter_0000010", "latest_checkpointed_iteration.txt", "run", "set-aside"]
     assert json.loads(Path(ledger).read_text()) == {"saves": []}
@@ -601,20 +621,20 @@ BUILDS_HELPERS = (
 
 def test_dataset_helpers_are_built_once_when_they_do_not_import_and_then_left_alone(tmp_path):
     tree = _megatron_tree(tmp_path / "Megatron-LM", BUILDS_HELPERS)
-    check = json.loads(run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tree}").stdout)
+    check = json.loads(run("dataset_helpers.py", f"--megatron-home={tree}").stdout)
     assert check["tree"] and not check["importable"] and not check["built"], check
     assert "helpers_cpp" in check["error"], check
     assert not (tree / "megatron/core/datasets/helpers_cpp.py").exists(), "the check alone built them"
-    first = json.loads(run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tree}", "--mode=build").stdout)
+    first = json.loads(run("dataset_helpers.py", f"--megatron-home={tree}", "--mode=build").stdout)
     assert first["importable"] and first["built"] and first["module"].startswith(str(tree.resolve())), first
-    second = json.loads(run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tree}", "--mode=build").stdout)
+    second = json.loads(run("dataset_helpers.py", f"--megatron-home={tree}", "--mode=build").stdout)
     assert second["importable"] and not second["built"] and second["seconds"] == 0.0, second
 
 
 def test_dataset_helpers_a_build_that_leaves_them_unimportable_is_reported_with_its_output(tmp_path):
     # setup.py's extension is optional=True in Megatron: a failed compile exits 0, so the import is what counts
     tree = _megatron_tree(tmp_path / "Megatron-LM", "print('error: command g++ failed: No such file')\n")
-    done = run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tree}", "--mode=build")
+    done = run("dataset_helpers.py", f"--megatron-home={tree}", "--mode=build")
     found = json.loads(done.stdout)
     assert not found["importable"] and not found["built"], found
     assert "No module named 'megatron.core.datasets.helpers_cpp'" in found["error"], found
@@ -622,5 +642,5 @@ def test_dataset_helpers_a_build_that_leaves_them_unimportable_is_reported_with_
 
 
 def test_dataset_helpers_say_when_there_is_no_megatron_tree(tmp_path):
-    found = json.loads(run("dataset_helpers", "dataset_helpers.py", f"--megatron-home={tmp_path}/none").stdout)
+    found = json.loads(run("dataset_helpers.py", f"--megatron-home={tmp_path}/none").stdout)
     assert not found["tree"] and not found["importable"] and "no Megatron-LM tree" in found["error"], found

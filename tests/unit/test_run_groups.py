@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -12,12 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from trainops.node import run_groups
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "roles" / "run_groups" / "files" / "run_groups.py"
-_spec = importlib.util.spec_from_file_location("run_groups", SCRIPT)
-run_groups = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(run_groups)
+SCRIPT = ROOT / "plugins" / "module_utils" / "trainops" / "node" / "run_groups.py"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
 
@@ -62,9 +59,7 @@ def wait_for(predicate, timeout=10.0):
 
 def run_script(*args: str) -> tuple[int, dict]:
     """Run the script the way the role does: python3 - ARGS with the script on stdin."""
-    done = subprocess.run(
-        [sys.executable, "-", *args], input=SCRIPT.read_text(), capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
     assert done.stderr == ""
     return done.returncode, json.loads(done.stdout)
 

@@ -53,7 +53,7 @@ def musa_plan():
 
 
 def iteration_line(i, total=10, ms=None, loss=None, tflops=0.012345):
-    """One iteration line exactly as jobs/smoke_train.py (Megatron's format) prints it."""
+    """One iteration line exactly as trainops/node/smoke_train.py (Megatron's format) prints it."""
     ms = STEP_MS[i - 1] if ms is None else ms
     finite = i != NONFINITE_ITERATION
     loss = (8.3 - 0.1 * i) if loss is None else loss

@@ -263,6 +263,7 @@ def _render_batch(tmp_path: Path) -> Path:
         "slurm_batch_container": "train",
         "slurm_batch_go_timeout": 4,
         "slurm_batch_stop_grace_s": 5,
+        "slurm_batch_programs": "/opt/mtt-train-ops/0123456789ab/trainops/node",
     }
     play = [
         {
@@ -313,7 +314,7 @@ def test_the_batch_script_is_valid_bash_and_its_node_task_refuses_a_missing_go_f
         for line in text.splitlines()
         if line.startswith("export MTT_SLURM_")
     )
-    assert set(exported) == {"MTT_SLURM_CONTAINER", "MTT_SLURM_RUN_DIR", "MTT_SLURM_WORK_HOME"}
+    assert set(exported) == {"MTT_SLURM_CONTAINER", "MTT_SLURM_RUN_DIR", "MTT_SLURM_WORK_HOME", "MTT_SLURM_PROGRAMS"}
     # the node task, run as srun would on a node without the container: a docker that always fails
     fake = tmp_path / "bin"
     fake.mkdir()

@@ -186,7 +186,7 @@ def _probe(states: str, log: str = "", start: int = 0, marks: str = "") -> dict:
 
 
 def _request(plan, **args) -> WatchRequest:
-    return WatchRequest(plan=plan, probe="/w/probe.sh", **args)
+    return WatchRequest(plan=plan, probe="/w/probe.sh", programs="/opt/mtt-train-ops/v1/trainops/node", **args)
 
 
 def test_a_watch_prints_progress_then_finishes(plan):
@@ -322,7 +322,7 @@ def test_train_ymls_options_fill_every_argument_not_given_itself():
     options |= {"hang_timeout": None, "on_hang": "warn", "straggler_ratio": 1.5, "max_restarts": 2}
     spec = WatchRequest.argument_spec()
     args = {name: entry.get("default") for name, entry in spec.items()}
-    args |= {"plan": {}, "probe": "/r/probe.sh", "options": options, "poll_interval": 9.0}
+    args |= {"plan": {}, "probe": "/r/probe.sh", "programs": "/p", "options": options, "poll_interval": 9.0}
     request = WatchRequest.from_args(args, ["plan", "probe", "options", "poll_interval"])
     assert (request.wait, request.progress_interval, request.start_timeout) == (600.0, 5.0, 30.0)
     assert (request.hang_timeout, request.on_hang, request.straggler_ratio) == ("auto", "warn", 1.5)
@@ -340,7 +340,12 @@ def test_a_save_megatron_says_is_done_asks_for_a_checkpoint_scan(plan):
     watcher.on_probe(dict(reply, stdout=section + reply["stdout"]), now=105.0)
     assert watcher.checkpoints.wants_scan
     argv = watcher.checkpoints.scan_argv()
-    assert argv[:4] == ["python3", f"{plan['run_dir']}/checkpoint_scan.py", "scan", plan["checkpoint_dir"]]
+    assert argv[:4] == [
+        "python3",
+        "/opt/mtt-train-ops/v1/trainops/node/checkpoint_scan.py",
+        "scan",
+        plan["checkpoint_dir"],
+    ]
     assert watcher.result(106.0)["checkpoints"]["saves"] == []
     off = Watcher(_request(plan, verify_checkpoints=False), started=100.0)
     off.on_probe(dict(reply, stdout=section + reply["stdout"]), now=105.0)

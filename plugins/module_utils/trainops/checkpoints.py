@@ -1,6 +1,6 @@
 """Checkpoints the run can trust: each save's verdict, the save to resume from, retention and the disk guard.
 
-The node side (``roles/launch/files/checkpoint_scan.py``, in the training container) only reads: for every
+The node side (``trainops/node/checkpoint_scan.py``, in the training container) only reads: for every
 ``iter_NNNNNNN/`` of the checkpoint directory its files and sizes, what the format's own index says each file must
 hold (torch_dist's ``.metadata``: every shard's file and end offset), a fingerprint of sampled tensor bytes, the
 tracker's text and the free space. Everything here is pure and judges that listing:
@@ -280,8 +280,11 @@ class CheckpointWatch:
     (:attr:`wants_apply`) to remove what retention lets go: :meth:`apply_argv` with :meth:`apply_input` on stdin,
     whose reply goes to :meth:`on_apply`. :meth:`suffix` is the progress line's part, :meth:`result` the ledger."""
 
-    def __init__(self, plan: Mapping[str, Any], options: Mapping[str, Any], known: Sequence[Mapping] = ()) -> None:
+    def __init__(
+        self, plan: Mapping[str, Any], programs: str, options: Mapping[str, Any], known: Sequence[Mapping] = ()
+    ) -> None:
         self.plan = plan
+        self.scanner = f"{programs}/checkpoint_scan.py"  # the node package's, in the master's container
         self.enabled = bool(options.get("verify_checkpoints", True))
         self.keep = int(options.get("keep_checkpoints") or 0)
         self.keep_every = int(options.get("keep_every") or 0)
@@ -302,8 +305,7 @@ class CheckpointWatch:
 
     def scan_argv(self) -> list[str]:
         final = sorted(s["iteration"] for s in self.saves if s["verdict"] in (VERIFIED, BAD))
-        script = f"{self.plan['run_dir']}/checkpoint_scan.py"
-        return ["python3", script, "scan", self.plan["checkpoint_dir"], "--skip", ",".join(map(str, final))]
+        return ["python3", self.scanner, "scan", self.plan["checkpoint_dir"], "--skip", ",".join(map(str, final))]
 
     def on_scan(self, reply: Mapping[str, Any], wall: float, running: bool = True) -> list[str]:
         self.wants_scan = False
@@ -356,7 +358,7 @@ class CheckpointWatch:
         return []
 
     def apply_argv(self) -> list[str]:
-        return ["python3", f"{self.plan['run_dir']}/checkpoint_scan.py", "apply", self.plan["checkpoint_dir"]]
+        return ["python3", self.scanner, "apply", self.plan["checkpoint_dir"]]
 
     def apply_input(self) -> dict[str, Any]:
         return {

@@ -1,7 +1,7 @@
 """The manifest written beside a Megatron indexed dataset: how it was made, and what training must match.
 
-``<prefix>.manifest.json`` is written by ``jobs/build_dataset.py`` (which copies this file next to itself into the
-container, so it is standard library only and has no relative imports) after the ``.bin``/``.idx`` pair is in place:
+``<prefix>.manifest.json`` is written by ``trainops/node/build_dataset.py`` (which imports this module from the node
+package in the container, so it is standard library only) after the ``.bin``/``.idx`` pair is in place:
 its presence marks a finished dataset. The planner reads it through :func:`manifest_for_plan` and :func:`epochs`.
 """
 

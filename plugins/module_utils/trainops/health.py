@@ -412,7 +412,8 @@ def _burn_in_check(node: str, burn: Mapping[str, Any], fleet: float | None) -> d
     own yardstick down) and the node's own median card."""
     if burn.get("error"):
         return _result("burn_in", "unknown", f"the burn-in did not run: {burn['error']}",
-                       f"run roles/health_burn_in/files/burn_in.py in {node}'s training container by hand")  # fmt: skip
+                       f"run the node package's burn_in.py (/opt/mtt-train-ops/current/trainops/node/) in {node}'s "
+                       "training container by hand")  # fmt: skip
     cards = burn.get("cards") or []
     failed = [c for c in cards if c.get("error")]
     if failed:

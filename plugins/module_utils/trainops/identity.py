@@ -10,7 +10,7 @@ checkpoints incompatible or its results incomparable, then by its layout::
 that keeps a shipped preset's name but changes its layers, widths, vocabulary or RoPE base is another experiment.
 
 :func:`saved_args_differences` compares the arguments Megatron recorded in a save (``args`` in ``common.pt``, read
-on the node by ``roles/checkpoints/files/checkpoint_scan.py scan --args``) with the launch the plan renders
+on the node by ``trainops/node/checkpoint_scan.py scan --args``) with the launch the plan renders
 (``plan["megatron_args"]``): differences of architecture, shapes, sequence length or tokenizer are *fatal* (a resume
 is refused), those of precision or vocabulary padding are *stated*; tp/pp/dp are never compared (torch_dist
 re-shards). docs/checkpoints.md ("Which model a directory belongs to").

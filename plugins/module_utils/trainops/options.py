@@ -338,12 +338,11 @@ SITE_SETTINGS = (
     # provision.yml's and health.yml's checks
     "accelerator_tool", "accelerator_idle_memory_mib", "collective_test_path", "collective_max_bytes",
     "collective_min_busbw_gbps", "collective_require_test", "collective_inter_node", "collective_timeout_s",
-    "collective_gloo_bytes", "collective_gloo_iters", "collective_script_dir", "collective_recheck_after_s",
+    "collective_gloo_bytes", "collective_gloo_iters", "collective_recheck_after_s",
     "collective_record_path", "network_probe_timeout_s", "dataset_check", "dataset_helpers_build",
     "dataset_helpers_megatron_home", "dataset_helpers_tree_required", "health_check_device_tool",
     "health_check_megatron_home", "health_collective_test_path", "health_collective_max_bytes",
-    "health_collective_gloo_bytes", "health_collective_timeout_s", "health_collective_script_dir",
-    "diagnostics_py_spy_source", "diagnostics_node_dir",
+    "health_collective_gloo_bytes", "health_collective_timeout_s", "diagnostics_py_spy_source", "diagnostics_node_dir",
     # data.yml's builder
     "data_build_megatron_home", "data_build_work_dir", "data_build_poll_s", "data_build_timeout_s",
 )  # fmt: skip

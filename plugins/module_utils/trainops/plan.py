@@ -566,7 +566,7 @@ def _option_problems(values: Mapping[str, Any]) -> list[str]:
 
 
 def smoke_args(lay: Layout, train_iters: int, paths: RunPaths, training: TrainingConfig) -> list[str]:
-    """Arguments of ``jobs/smoke_train.py`` for this plan: the planned layout, batch and paths."""
+    """Arguments of ``trainops/node/smoke_train.py`` for this plan: the planned layout, batch and paths."""
     return (
         [
             "--tp",
@@ -741,7 +741,7 @@ def summary_lines(plan: Mapping[str, Any]) -> list[str]:
         ),
         "job          "
         + (
-            "the smoke job (jobs/smoke_train.py): megatron-core groups, all-reduce checks, a small model; "
+            "the smoke job (trainops/node/smoke_train.py): megatron-core groups, all-reduce checks, a small model; "
             "-e smoke=false runs Megatron-LM's pretrain_gpt.py (on the cpu testbed: an image with a Megatron-LM "
             "tree, make megatron-src; testbed/README.md)"
             if plan["job"] == "smoke"

@@ -107,7 +107,7 @@ def _looks_like_tiktoken(head: bytes) -> bool:
     return checked > 0
 
 
-# --- What the dataset builder (jobs/build_dataset.py) needs: how to encode, and which id ends a document. ---
+# --- What the dataset builder (trainops/node/build_dataset.py) needs: how to encode, and which id ends a document. ---
 # The builder copies this file next to itself into the container, so everything below is standard library only.
 
 #: Regex split of Llama 3's tiktoken tokenizer (meta-llama/llama3, tokenizer.py).

@@ -129,6 +129,11 @@ class WatchRequest:
         "str", "The run's C(probe.sh) inside the container (C(<run_dir>/probe.sh), rendered with the run)."
     )
     container: str = _arg("str", "Name of the training container on the master.", "train")
+    programs: str = _arg(
+        "str",
+        "The node package's programs in the container (C(/opt/mtt-train-ops/<version>/trainops/node), installed by "
+        "the node_package role); the checkpoint scanner runs from there.",
+    )
     diagnose: str | None = _arg(
         "str", "The run's C(diagnose.sh) inside the container; defaults to the one beside O(probe).", None
     )
@@ -187,7 +192,7 @@ class WatchRequest:
     verify_checkpoints: bool = _arg(
         "bool",
         "After each save Megatron reports, scan the checkpoint directory on the master "
-        "(C(<run_dir>/checkpoint_scan.py)) "
+        "(O(programs)C(/checkpoint_scan.py)) "
         "and judge the new save (docs/checkpoints.md).",
         None,
         option="verify_checkpoints",
@@ -445,6 +450,7 @@ class Watcher:
         self.progress = Progress(self.plan, started, tail=request.tail)
         self.checkpoints = CheckpointWatch(
             self.plan,
+            request.programs,
             {
                 "verify_checkpoints": request.verify_checkpoints is not False and not request.tail,
                 "keep_checkpoints": request.keep_checkpoints,

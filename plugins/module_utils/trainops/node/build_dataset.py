@@ -11,9 +11,8 @@ own ``IndexedDatasetBuilder`` to a temporary prefix beside the output, then rena
 are removed and an existing dataset is left as it was.
 
 Needs the standard library, numpy, megatron-core and the tokenizer's library (tiktoken, sentencepiece or tokenizers).
-The tokenizer detection and the manifest schema are the bundle's pure modules
-(``plugins/module_utils/trainops/{tokenizer,dataset_manifest}.py``), copied next to this file as
-``trainops_tokenizer.py`` and ``trainops_dataset_manifest.py``; run from a checkout, they are imported from there.
+The tokenizer detection and the manifest schema are the core's (``trainops.tokenizer``, ``trainops.dataset_manifest``),
+imported from the node package this file belongs to (or the checkout it is run from).
 
 Exit status: 0 done; 2 bad input or tokenizer (the message names the line and the fix); 3 no space left; 1 other.
 """
@@ -36,13 +35,10 @@ import time
 from multiprocessing import get_context
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import trainops_dataset_manifest as manifest_schema
-    import trainops_tokenizer as tokmod
-except ImportError:  # run from a checkout of the bundle
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "plugins", "module_utils"))
-    from trainops import dataset_manifest as manifest_schema
-    from trainops import tokenizer as tokmod
+# run as a script: the package's parent (.../trainops/node/ -> ...), not this directory, holds ``trainops``
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from trainops import dataset_manifest as manifest_schema  # noqa: E402
+from trainops import tokenizer as tokmod  # noqa: E402
 
 #: Bytes of input per task handed to a worker.
 CHUNK_BYTES = 1 << 20
@@ -402,7 +398,7 @@ def build(args, tmp: str, progress: Progress) -> dict:
         tokenizer,
         tmp,
         start,
-        builder="mtt-train-ops jobs/build_dataset.py",
+        builder="mtt-train-ops trainops/node/build_dataset.py",
         documents=documents,
         tokens=tokens,
         skipped=manifest_schema.skipped_record(dict(counts), first_lines),

@@ -1,6 +1,6 @@
 """Measure a Megatron dataset and its tokenizer in the training container (mtt-train-ops, role dataset).
 
-    python3 -c "$(cat measure.py)" --data-path PREFIX --tokenizer-path PATH
+    python3 measure.py --data-path PREFIX --tokenizer-path PATH
 
 Prints ``{"sizes": {"PREFIX.bin": bytes, "PREFIX.idx": bytes, "PATH": bytes}, "manifest": {...} | null}`` as
 JSON: a directory's size is the sum of its files'; a missing path is null. ``manifest`` is the ``output`` part of

@@ -1,6 +1,6 @@
 """The full health check's burn-in (mtt-train-ops, role health_burn_in); run in the training container.
 
-    python3 -c "$(cat burn_in.py)" --backend cuda|musa|cpu --cards N --precision bf16 --seconds S
+    python3 burn_in.py --backend cuda|musa|cpu --cards N --precision bf16 --seconds S
 
 One process per card, all at once (a node's cards share its power, cooling and host, as in a run): each multiplies
 square matrices in the run's precision for S seconds after a warm-up, and its TFLOP/s (2 n^3 per product, the
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args(argv)
     dtype = DTYPES.get(args.precision, "bfloat16")
-    # fork: the script runs as python3 -c (spawn could not import it again), and this parent never touches a device
+    # fork: no re-import of this script in each child (as spawn would), and this parent never touches a device
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     workers = [

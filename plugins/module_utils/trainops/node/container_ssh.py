@@ -1,7 +1,7 @@
 """The container side of the container_ssh role, run inside the training container with python3 (stdlib only).
 
-    python3 -c "$(cat container_ssh.py)" install < request.json   # files, host key, sshd
-    python3 -c "$(cat container_ssh.py)" pin < request.json       # known_hosts, then the master's proof
+    python3 container_ssh.py install < request.json   # files, host key, sshd
+    python3 container_ssh.py pin < request.json       # known_hosts, then the master's proof
 
 Everything the role wants in the container comes in one JSON request on stdin (the private key never appears in
 a command line), each file is written only when its content or mode differs, and one JSON answer goes to stdout:

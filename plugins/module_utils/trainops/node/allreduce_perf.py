@@ -1,6 +1,6 @@
 """Run nccl-tests' all_reduce_perf (MCCL's on MUSA) in the training container (mtt-train-ops, role collective).
 
-    python3 -c "$(cat allreduce_perf.py)" --test PATH --max-bytes 1G --gpus 8 --timeout 300
+    python3 allreduce_perf.py --test PATH --max-bytes 1G --gpus 8 --timeout 300
         [--hosts ADDR,ADDR --ssh-port 2222 --ssh-key KEY]
 
 Without --hosts: this node's cards. With --hosts: across those nodes through mpirun over the containers' sshd

@@ -1,4 +1,4 @@
-"""Run in a training container by roles/health_check (python3 -c): print, as one JSON object, the facts the quick
+"""Run in a training container by roles/health_check: print, as one JSON object, the facts the quick
 health check judges on the controller (trainops.health): the device tool's full query, the software stack and the
 free space where checkpoints go. It only reads; it changes nothing. Standard library only."""
 

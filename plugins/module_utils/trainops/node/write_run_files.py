@@ -1,13 +1,13 @@
 """Write a run's files into its directory in the training container (mtt-train-ops, role launch).
 
-    python3 -c "$(cat write_run_files.py)" --run-dir DIR [--node NAME --work-home HOME] < {"NAME": "TEXT", ...}
+    python3 write_run_files.py --run-dir DIR [--node NAME --work-home HOME] < {"NAME": "TEXT", ...}
 
 The files come as JSON on stdin. Each is written whole and then renamed into place (a reader never sees half a
 script); ``.sh`` and ``.py`` files are made executable. Creates ``DIR/logs``. Prints how many files were written.
 
 With ``--node`` and ``--work-home``, first refuses (exit 3, naming each, writing nothing) a node where a launch of
-this bundle still runs, as the files' own ``run_groups.py`` finds them: a run is never launched beside another,
-nor a restart beside what survived the attempt before.
+this bundle still runs, as the node package's ``run_groups.py`` (beside this file; stop.sh's and stop.yml's code)
+finds them: a run is never launched beside another, nor a restart beside what survived the attempt before.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import argparse
 import json
 import os
 import sys
+
+import run_groups  # the node package's, beside this file (a script's own directory is first on sys.path)
 
 
 def write_files(run_dir: str, files: dict[str, str]) -> int:
@@ -30,15 +32,11 @@ def write_files(run_dir: str, files: dict[str, str]) -> int:
     return len(files)
 
 
-def busy_refusal(
-    run_groups_source: str, node: str, work_home: str, stop_command: str = "", status_command: str = ""
-) -> str:
-    """Why this node is refused ("" when no launch of this bundle runs on it), by the run_groups.py the run's files
-    carry (stop.sh's own code, and the run_groups role's); the commands it names are the controller's, with its -i."""
-    run_groups: dict = {"__name__": "run_groups"}
-    exec(compile(run_groups_source, "run_groups.py", "exec"), run_groups)  # noqa: S102 - the bundle's own file
-    live = list(run_groups["live_groups"](node, work_home))
-    return run_groups["refusal"](node, live, stop_command, status_command) if live else ""
+def busy_refusal(node: str, work_home: str, stop_command: str = "", status_command: str = "") -> str:
+    """Why this node is refused ("" when no launch of this bundle runs on it); the commands it names are the
+    controller's, with its -i."""
+    live = list(run_groups.live_groups(node, work_home))
+    return run_groups.refusal(node, live, stop_command, status_command) if live else ""
 
 
 def main(argv: list[str]) -> int:
@@ -54,10 +52,8 @@ def main(argv: list[str]) -> int:
     if bad:
         print(f"refusing file names outside the run directory: {', '.join(bad)}", file=sys.stderr)
         return 2
-    if args.node and args.work_home and "run_groups.py" in files:
-        refused = busy_refusal(
-            files["run_groups.py"], args.node, args.work_home, args.stop_command, args.status_command
-        )
+    if args.node and args.work_home:
+        refused = busy_refusal(args.node, args.work_home, args.stop_command, args.status_command)
         if refused:
             print(refused, file=sys.stderr)
             return 3

@@ -1,7 +1,7 @@
 """In the training container: Megatron-LM's dataset helpers (megatron/core/datasets/helpers_cpp), built when they
 do not import, as the vendor's launch script does.
 
-    python3 -c "<this file>" --megatron-home /home/Megatron-LM --mode build|check
+    python3 dataset_helpers.py --megatron-home /home/Megatron-LM --mode build|check
 
 Megatron core 0.14 compiles the helpers at start-up on rank 0 (initialize.py's _compile_dependencies), but the
 vendor's musa_patch makes that step a no-op, and its script runs ``python setup.py build_ext --inplace`` in the
@@ -20,8 +20,8 @@ import sys
 import time
 
 #: run with the tree as the launch runs (cwd and PYTHONPATH the tree): prints the module's file. megatron.core is
-#: registered unexecuted (as jobs/smoke_train.py does): its __init__ imports torch and the model stack, seconds of
-#: CPU that the helpers, a pybind11 module under an empty datasets/__init__.py, do not need.
+#: registered unexecuted (as smoke_train.py does): its __init__ imports torch and the model stack, seconds of CPU that
+#: the helpers, a pybind11 module under an empty datasets/__init__.py, do not need.
 CHECK = """
 import importlib.util, os, sys
 spec = importlib.util.find_spec("megatron.core")

@@ -1,7 +1,7 @@
 """Pack one node's logs of a run into a tarball (mtt-train-ops, role collect); run in the training container.
 
-    python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --pack FILE.tgz [--checkpoint-dir CKPT]
-    python3 -c "$(cat pack_logs.py)" --run-dir DIR --node NAME --set-aside DIR/attempt-K
+    python3 pack_logs.py --run-dir DIR --node NAME --pack FILE.tgz [--checkpoint-dir CKPT]
+    python3 pack_logs.py --run-dir DIR --node NAME --set-aside DIR/attempt-K
 
 Packs ``DIR/logs/NAME/`` as ``NAME/`` (unpacked into the run's directory on the controller) with the node's launch
 output (``logs/launch-NAME.out`` as ``launch.out``) and its exit status (``exit/NAME.rc`` as ``exit.rc``) copied in

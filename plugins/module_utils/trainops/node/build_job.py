@@ -1,10 +1,11 @@
 """Start and follow a dataset build in the training container (mtt-train-ops, role data_build).
 
-    python3 -c "$(cat build_job.py)" start --dir DIR -- BUILDER-ARGS...   start DIR/build_dataset.py detached
-    python3 -c "$(cat build_job.py)" poll --dir DIR [--sleep SECONDS]      {"rc": N|null, "progress": {...}}
-    python3 -c "$(cat build_job.py)" outcome --dir DIR                     {"rc": N|null, "error": ..., "tail": [...]}
+    python3 build_job.py start --dir DIR [--builder PATH] -- BUILDER-ARGS...   start the builder detached
+    python3 build_job.py poll --dir DIR [--sleep SECONDS]      {"rc": N|null, "progress": {...}}
+    python3 build_job.py outcome --dir DIR                     {"rc": N|null, "error": ..., "tail": [...]}
 
-DIR holds the builder, and the build's ``pid``, ``log``, ``progress.json`` and, once it has ended, ``rc``.
+The builder is the node package's build_dataset.py, beside this file, unless --builder names another. DIR holds
+the build's ``pid``, ``log``, ``progress.json`` and, once it has ended, ``rc``.
 ``start`` exits 9, naming the running build, when one of the same DIR (the same output) still runs.
 """
 
@@ -40,7 +41,7 @@ def running_pid(directory: str) -> int | None:
     return int(pid_text)
 
 
-def start(directory: str, builder_args: list[str]) -> int:
+def start(directory: str, builder: str, builder_args: list[str]) -> int:
     pid = running_pid(directory)
     if pid is not None:
         log = os.path.join(directory, "log")
@@ -57,7 +58,7 @@ def start(directory: str, builder_args: list[str]) -> int:
             os.dup2(devnull, fd)
         with open(os.path.join(directory, "pid"), "w", encoding="utf-8") as handle:
             handle.write(f"{os.getpid()}\n")
-        command = [sys.executable, os.path.join(directory, "build_dataset.py"),
+        command = [sys.executable, builder,
                    "--progress", os.path.join(directory, "progress.json"), *builder_args]  # fmt: skip
         with open(os.path.join(directory, "log"), "wb") as log:
             rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
@@ -99,11 +100,16 @@ def main(argv: list[str]) -> int:
         if name == "poll":
             sub.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before reading")
         if name == "start":
+            sub.add_argument(
+                "--builder",
+                default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_dataset.py"),
+                help="the builder to run",
+            )
             sub.add_argument("builder_args", nargs=argparse.REMAINDER, help="-- then build_dataset.py's arguments")
     args = parser.parse_args(argv)
     if args.command == "start":
         rest = args.builder_args[1:] if args.builder_args[:1] == ["--"] else args.builder_args
-        return start(args.dir, rest)
+        return start(args.dir, args.builder, rest)
     if args.command == "poll":
         return poll(args.dir, args.sleep)
     return outcome(args.dir)
