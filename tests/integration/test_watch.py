@@ -95,7 +95,7 @@ def test_the_rank_outside_the_collective_is_the_odd_one_out(provisioned):
     failure = re.search(r"Run hang-drill/\S+ failed: (.*)", output)
     assert failure, output[-5000:]
     assert failure.group(1).startswith(
-        "node1 rank 1 (local rank 1): hung: not in a collective (at hold_for_drill (smoke_train.py:"
+        "node1 rank 1 (local rank 1): hung: not in a collective (at hold_for_drill (trainops/node/smoke_train.py:"
     ), failure.group(1)
     assert "while 3 rank(s) wait in barrier" in failure.group(1)
     run_dir = latest_run(exp)
@@ -104,12 +104,12 @@ def test_the_rank_outside_the_collective_is_the_odd_one_out(provisioned):
     assert finding["groups"][0] == {
         "collective": "barrier",
         "ranks": [0, 2, 3],
-        "signature": "waits in barrier from main (smoke_train.py)",
+        "signature": "waits in barrier from main (trainops/node/smoke_train.py)",
     }
     evidence = _evidence(run_dir)
     for rank in (0, 2, 3):  # the peers are shown waiting in the collective
         assert re.search(r"^    barrier \(torch/distributed/distributed_c10d\.py:\d+\)$", evidence[rank], re.M)
-    assert "hold_for_drill (smoke_train.py:" in evidence[1] and "state       S (sleeping)" in evidence[1]
+    assert "hold_for_drill (trainops/node/smoke_train.py:" in evidence[1] and "state       S (sleeping)" in evidence[1]
     _no_rank_left()
 
 
