@@ -104,7 +104,7 @@ def test_the_rank_outside_the_collective_is_the_odd_one_out(provisioned):
     assert finding["groups"][0] == {
         "collective": "barrier",
         "ranks": [0, 2, 3],
-        "signature": "waits in barrier from main (trainops/node/smoke_train.py)",
+        "signature": "waits in barrier from main (smoke_train.py)",
     }
     evidence = _evidence(run_dir)
     for rank in (0, 2, 3):  # the peers are shown waiting in the collective
