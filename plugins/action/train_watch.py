@@ -1,27 +1,38 @@
-"""Action plugin: watch a launched run from its master node until it ends, printing its progress.
+"""Action plugin: follow a launched run's watch until it ends, printing its progress.
 
-Every ``poll_interval`` seconds it runs the run's ``probe.sh`` in the master's container (``docker exec`` over the
-play's connection to the master node: see ``_exec``). The probe reports every node's launch state (over
-the containers' sshd, the fan-out's own path), the new lines of the last rank's stdout, which prints Megatron's
-iteration lines, and the new lines of rank 0's stdout and stderr (checkpoint saves, Megatron's straggler
-report). A progress line is printed every ``progress_interval`` seconds when there is a new iteration; it names
-the stragglers of the last 20 straggler reports, if any. Watching ends when
+The watch itself runs on the cluster: the run's supervisor (the node package's ``supervise.py``), started here in
+the master's training container, detached from every SSH session, watches the attempt with the core's
+:func:`trainops.watch.watch`. Every few seconds it runs the run's ``probe.sh`` there. The probe reports every
+node's launch state (over the containers' sshd, the fan-out's own path), the new lines of the last rank's stdout,
+which prints Megatron's iteration lines, and the new lines of rank 0's stdout and stderr (checkpoint saves,
+Megatron's straggler report). A progress line is printed every ``progress_interval`` seconds when there is a new
+iteration; it names the stragglers of the last 20 straggler reports, if any. The watch ends when
 
 * every node's torchrun exited 0: ``finished``;
 * a node's torchrun exited non-zero, a node's process group vanished without an exit status, a node stayed
-  unreachable for two probes, or a node did not start within ``start_timeout``: ``failed``, naming the node;
+  unreachable from the master for two probes, or a node did not start within ``start_timeout``: ``failed``,
+  naming the node;
 * no new iteration line came for the hang limit (``hang_timeout``, or ``max(10 x p90 time between iteration
   lines, 300 s)``; at least 1,800 s before the first iteration and while a checkpoint is saved): the run's
   ``diagnose.sh`` reads every rank on every node (state, wait channel, CPU, py-spy stack) and the culprit is
-  named (:func:`trainops.hang.diagnose`); the evidence goes to ``<evidence_dir>/hang/``. With ``on_hang: stop``
-  the run is ``failed`` (kind ``hang``); with ``warn`` the diagnosis is printed and watching goes on;
-* ``wait`` seconds passed: ``running`` (the job goes on; status.yml follows it, stop.yml stops it).
+  named (:func:`trainops.hang.diagnose`); the evidence goes to the run directory's ``hang/`` on the master, and
+  is copied to ``<evidence_dir>/hang/``. With ``on_hang: stop`` the run is ``failed`` (kind ``hang``); with
+  ``warn`` the diagnosis is printed and watching goes on.
 
-With ``tail: true`` (status.yml) the first probe reads the last 256 KiB of the logs instead of their start, and
-the time of the last iteration comes from the log's age, so a run already going is judged as it is now.
+This action follows the supervisor's events (``supervise.py read``, one ``docker exec`` over the play's
+connection to the master node that waits up to 5 s for a new line) and prints them as they come; after ``wait``
+seconds it returns ``running`` with the watch's result so far (the supervisor watches on; status.yml follows it,
+stop.yml stops it). A connection to the master that fails (a reset, a cut, a controller that sleeps) is said once
+and tried again: it is the controller's path, not the run's, and judges no node, unless the master stays silent
+for :data:`trainops.watch.MASTER_SILENT_S` (then the attempt is ``failed``, kind ``lost``, as a master that is
+gone). A supervisor found dead without a result is started again, and takes the watch up from the logs' tail.
 
-It changes nothing on any node. The verdicts are the core's (:class:`trainops.watch.Watcher`); this plugin runs
-the probes, sleeps between them and prints what the watcher gives it.
+With ``wait: 0`` (status.yml) the action probes once itself, with ``tail: true``: the first probe reads the last
+256 KiB of the logs instead of their start, and the time of the last iteration comes from the log's age, so a
+run already going is judged as it is now.
+
+It changes nothing on any node but the supervisor's own files (``<run_dir>/supervisor/``). The verdicts are the
+core's (:class:`trainops.watch.Watcher`).
 """
 
 from __future__ import annotations
@@ -40,14 +51,21 @@ if _CORE not in sys.path:
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure  # noqa: E402
 from ansible.plugins.action import ActionBase  # noqa: E402
 from ansible.utils.display import Display  # noqa: E402
-from trainops.watch import ProbeError, Watcher, WatchRequest  # noqa: E402
+from trainops.watch import ProbeError, Watcher, WatchRequest, silent_master, watch  # noqa: E402
 
 display = Display()
+#: Seconds one read of the supervisor's events waits for a new line (the follower's latency, at most).
+FOLLOW_WAIT_S = 5
+#: Seconds between tries while the master's container does not answer.
+FOLLOW_RETRY_S = 2
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(WatchRequest.argument_spec())
+
+    def _runner(self, container: str):
+        return lambda argv, stdin=None: self._exec(container, argv, stdin)
 
     def _exec(self, container: str, argv: list[str], stdin: str | None = None) -> dict[str, Any]:
         """``docker exec`` in the master's container, over the play's connection to the master node.
@@ -67,40 +85,86 @@ class ActionModule(ActionBase):
             out.update(failed=True, msg=(out["stderr"] or out["stdout"] or f"docker exec exited {out['rc']}").strip())
         return out
 
-    def _checkpoints(self, request: WatchRequest, watcher: Watcher, running: bool) -> list[str]:
-        """The checkpoint watch's commands, when it wants them: the scan after a save, then retention's removal."""
-        found, ckpt = [], watcher.checkpoints
-        watcher.wall = time.time()
-        if ckpt.wants_scan:
-            found += ckpt.on_scan(self._exec(request.container, ckpt.scan_argv()), time.time(), running=running)
-        if ckpt.wants_apply:
-            reply = self._exec(request.container, ckpt.apply_argv(), json.dumps(ckpt.apply_input()))
-            found += ckpt.on_apply(reply, time.time())
-        return found
+    def _follow(self, request: WatchRequest) -> dict[str, Any]:
+        """The supervisor's watch of this attempt, followed for up to ``wait`` seconds: its lines printed as they
+        come; its result, or the result so far (state running)."""
+        supervise = f"{request.programs}/supervise.py"
+        where = ["--run-dir", request.plan["run_dir"], "--attempt", str(request.attempt)]
+        deadline = time.monotonic() + request.wait
+        offset, lost_since, snapshot, reply = 0, None, None, {}
+        started = False
+        while True:
+            if not started:
+                reply = self._exec(request.container, ["python3", supervise, "start", *where],
+                                   request.to_json())  # fmt: skip
+                started = not (reply.get("unreachable") or reply.get("failed"))
+            if started:
+                reply = self._exec(request.container, ["python3", supervise, "read", *where, "--offset", str(offset),
+                                                       "--wait", str(FOLLOW_WAIT_S)])  # fmt: skip
+            if reply.get("unreachable") or reply.get("failed"):
+                if lost_since is None:
+                    lost_since = time.monotonic()
+                    display.display(
+                        f"{request.plan['master']}: no answer from the master's container ("
+                        f"{(reply.get('msg') or '').strip()[:200]}); the run goes on under its supervisor on the "
+                        "cluster; trying again"
+                    )
+                lost = silent_master(request.plan, time.monotonic() - lost_since, reply.get("msg") or "no answer")
+                if lost:
+                    return dict(snapshot or {}, **lost)
+                if time.monotonic() >= deadline:
+                    return dict(snapshot or {"state": "running"})
+                time.sleep(FOLLOW_RETRY_S)
+                continue
+            if lost_since is not None:
+                display.display(f"{request.plan['master']}: the master answers again, after "
+                                f"{time.monotonic() - lost_since:.0f} s")  # fmt: skip
+                lost_since = None
+            answer = json.loads(reply["stdout"] or "{}")
+            if "lines" not in answer:  # start's answer: read next
+                continue
+            for line in answer["lines"]:
+                display.display(line)
+            offset = answer["offset"]
+            snapshot = answer.get("snapshot") or snapshot
+            if answer.get("result") is not None and not answer["lines"]:
+                return answer["result"]
+            if not answer.get("pid") and answer.get("result") is None:
+                started = False  # died without a result: started again (it takes the watch up from the logs)
+            if time.monotonic() >= deadline:
+                return dict(snapshot or {"state": "running"})
+
+    def _fetch_evidence(self, request: WatchRequest, result: dict[str, Any]) -> None:
+        """A hang's evidence, written by the supervisor in the master's run directory, copied to the controller's."""
+        reply = self._exec(
+            request.container,
+            ["python3", f"{request.programs}/supervise.py", "evidence", "--run-dir", request.plan["run_dir"]],
+        )
+        if reply.get("unreachable") or reply.get("failed"):
+            display.warning(f"the hang's evidence stays on the master ({request.plan['run_dir']}/hang): {reply['msg']}")
+            return
+        root = os.path.join(request.evidence_dir, "hang")
+        for name, text in json.loads(reply["stdout"] or "{}").items():
+            path = os.path.join(root, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        result["hang"]["evidence"] = root
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=WatchRequest.argument_spec())
         request = WatchRequest.from_args(args, list(self._task.args))
-        watcher = Watcher(request, time.monotonic())
-        try:
-            while True:
-                for line in watcher.on_probe(self._exec(request.container, watcher.probe_argv()), time.monotonic()):
-                    display.display(line)
-                if watcher.wants_diagnosis:
-                    reply = self._exec(request.container, watcher.diagnose_argv())
-                    for line in watcher.on_diagnosis(reply, time.monotonic()):
-                        display.display(line)
-                for line in self._checkpoints(request, watcher, running=True):
-                    display.display(line)
-                if watcher.ended(time.monotonic()):
-                    break
-                time.sleep(watcher.next_probe_in())
-        except ProbeError as exc:
-            raise AnsibleActionFail(str(exc)) from exc
-        if watcher.outcome["state"] == "finished" and watcher.checkpoints.enabled:
-            watcher.checkpoints.wants_scan = True  # the save at the end, made just before the ranks exited
-        for line in [*self._checkpoints(request, watcher, running=False), *watcher.finish()]:
-            display.display(line)
-        result.update(changed=False, watch=watcher.result(time.monotonic()))
+        if request.wait == 0:  # status.yml: one probe, from here
+            try:
+                watched = watch(Watcher(request, time.monotonic()), self._runner(request.container), display.display)
+            except ProbeError as exc:
+                raise AnsibleActionFail(str(exc)) from exc
+        else:
+            watched = self._follow(request)
+            if "error" in watched:
+                raise AnsibleActionFail(watched["error"])
+            if (watched.get("hang") or {}).get("evidence") and request.evidence_dir:
+                self._fetch_evidence(request, watched)
+        result.update(changed=False, watch=watched)
         return result

@@ -8,9 +8,13 @@ DOCUMENTATION = r"""
 module: train_watch
 short_description: Follow a launched training run from its master until it ends, naming a failed, hung or slow rank
 description:
-  - Every O(poll_interval) seconds runs the run's C(probe.sh) in the master's training container, with the docker
-    CLI over the play's connection to the master node. The probe reports each node's launch state (over the
-    containers' sshd) and the new bytes of the last rank's log and of rank 0's stdout and stderr.
+  - Starts the run's supervisor (the node package's C(supervise.py)) in the master's training container, detached
+    from every SSH session, and follows what it says (one docker CLI call over the play's connection to the master
+    node, waiting up to 5 s for a new line). A connection to the master that fails is said once and tried again;
+    it judges no node. A supervisor found dead without a result is started again from the logs' tail.
+  - The supervisor, every O(poll_interval) seconds, runs the run's C(probe.sh) in that container. The probe reports
+    each node's launch state (over the containers' sshd) and the new bytes of the last rank's log and of rank 0's
+    stdout and stderr.
   - Prints a progress line every O(progress_interval) seconds (iteration, loss, step time, tokens/s and TFLOP/s
     per card, memory, ETA, and the stragglers of the last 200 straggler reports).
   - Ends the watch C(finished) when every node's torchrun exited 0; C(failed), naming the node, when one exited
@@ -18,9 +22,9 @@ description:
     C(running) when O(wait) seconds passed (the job goes on).
   - When no new iteration line came for the hang limit, runs C(diagnose.sh) (every rank's state, wait channel,
     CPU and py-spy stack on every node) and names the culprit; with O(on_hang=stop) the run ends C(failed) with
-    kind C(hang), with C(warn) the finding is printed and watching goes on. The evidence goes to
-    C(<evidence_dir>/hang/).
-  - Changes nothing on any node.
+    kind C(hang), with C(warn) the finding is printed and watching goes on. The evidence goes to the run
+    directory's C(hang/) on the master, and is copied to C(<evidence_dir>/hang/).
+  - Changes nothing on any node but the supervisor's files (C(<run_dir>/supervisor/)).
 version_added: "0.2.0"
 author: mtt-train-ops
 options:
@@ -41,11 +45,16 @@ options:
       installed by the node_package role); the checkpoint scanner runs from there.
     type: str
     required: true
+  attempt:
+    description: The attempt's number (the supervisor keeps one watch per attempt).
+    type: int
+    default: 1
   diagnose:
     description: The run's C(diagnose.sh) inside the container; defaults to the one beside O(probe).
     type: str
   wait:
-    description: Seconds to watch before returning C(running) while the run goes on; 0 probes once.
+    description: Seconds to follow the run's supervisor before returning C(running) while the run goes on (the
+      supervisor watches on); 0 probes once from the controller.
     type: float
     default: 86400.0
   poll_interval:

@@ -350,3 +350,15 @@ def test_a_save_megatron_says_is_done_asks_for_a_checkpoint_scan(plan):
     off = Watcher(_request(plan, verify_checkpoints=False), started=100.0)
     off.on_probe(dict(reply, stdout=section + reply["stdout"]), now=105.0)
     assert not off.checkpoints.wants_scan
+
+
+def test_a_master_silent_to_the_follower_is_judged_only_after_its_limit(plan):
+    from trainops.watch import MASTER_SILENT_S, silent_master
+
+    assert silent_master(plan, 60.0, "Connection reset by peer") is None  # the controller's path: keep trying
+    lost = silent_master(plan, MASTER_SILENT_S, "ssh: connect to host 172.30.0.11 port 22: Connection refused\n")
+    assert lost["state"] == "failed" and lost["kind"] == "lost" and lost["node"] == plan["master"]
+    assert (
+        lost["reason"] == "the master has not answered for 120 s: ssh: connect to host 172.30.0.11 port 22: "
+        "Connection refused"
+    )

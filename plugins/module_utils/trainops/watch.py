@@ -20,8 +20,9 @@ import datetime
 import json
 import os
 import re
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -134,12 +135,14 @@ class WatchRequest:
         "The node package's programs in the container (C(/opt/mtt-train-ops/<version>/trainops/node), installed by "
         "the node_package role); the checkpoint scanner runs from there.",
     )
+    attempt: int = _arg("int", "The attempt's number (the supervisor keeps one watch per attempt).", 1)
     diagnose: str | None = _arg(
         "str", "The run's C(diagnose.sh) inside the container; defaults to the one beside O(probe).", None
     )
     wait: float = _arg(
         "float",
-        "Seconds to watch before returning C(running) while the run goes on; 0 probes once.",
+        "Seconds to follow the run's supervisor before returning C(running) while the run goes on (the supervisor "
+        "watches on); 0 probes once from the controller.",
         None,
         option="train_wait",
     )
@@ -233,6 +236,10 @@ class WatchRequest:
         if values.get("hang_timeout") is None:
             values["hang_timeout"] = "auto"
         return cls(**values)
+
+    def to_json(self) -> str:
+        """The request as JSON (what the supervisor reads back with ``WatchRequest(**json.loads(text))``)."""
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def argument_spec(cls) -> dict[str, dict[str, Any]]:
@@ -597,3 +604,66 @@ class Watcher:
             outcome["ranks"] = ranks_of(self.plan, outcome["node"])
         outcome["checkpoints"] = self.checkpoints.result()
         return outcome
+
+
+#: Seconds the master's container may stay silent to the controller that follows its supervisor before the
+#: attempt is called failed, kind ``lost``, naming the master. Shorter silences are the controller's own path
+#: (a reset, a cut, a laptop asleep) and judge nothing; the supervisor watches on meanwhile. (The controller cannot
+#: yet ask the other nodes whether they reach the master: a longer silence of the controller's own path is still
+#: taken for a lost master.)
+MASTER_SILENT_S = 120.0
+
+
+def silent_master(plan: Mapping[str, Any], silent_s: float, why: str) -> dict[str, Any] | None:
+    """The follower's verdict on a master that has not answered it for ``silent_s`` seconds: None (keep trying)
+    below :data:`MASTER_SILENT_S`, else a failed outcome, kind ``lost``, naming the master."""
+    if silent_s < MASTER_SILENT_S:
+        return None
+    return _failed("lost", plan["master"], f"the master has not answered for {silent_s:.0f} s: {why.strip()[:300]}")
+
+
+#: Runs one command where the watch runs (``argv``, optional stdin); answers as ``docker_container_exec`` does:
+#: ``rc``, ``stdout``, ``stderr``, and ``failed`` with ``msg``, or ``unreachable`` with ``msg``.
+Runner = Callable[..., Mapping[str, Any]]
+
+
+def checkpoint_commands(watcher: Watcher, run: Runner, running: bool) -> list[str]:
+    """The checkpoint watch's commands, when it wants them: the scan after a save, then retention's removal."""
+    found, ckpt = [], watcher.checkpoints
+    watcher.wall = time.time()
+    if ckpt.wants_scan:
+        found += ckpt.on_scan(run(ckpt.scan_argv()), time.time(), running=running)
+    if ckpt.wants_apply:
+        found += ckpt.on_apply(run(ckpt.apply_argv(), json.dumps(ckpt.apply_input())), time.time())
+    return found
+
+
+def watch(
+    watcher: Watcher,
+    run: Runner,
+    show: Callable[[str], None],
+    probed: Callable[[Watcher], None] = lambda watcher: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """One watch, to its end: probe, diagnose a suspected hang, verify each save, sleep, again; then the last save
+    and the last progress line. ``show`` gets each line to print, ``probed`` the watcher after each probe; returns
+    :meth:`Watcher.result`. Raises :class:`ProbeError` as :meth:`Watcher.on_probe` does. The supervisor runs it on
+    the cluster (trainops/node/supervise.py); the train_watch action runs it on the controller only for status.yml's
+    single probe."""
+    while True:
+        for line in watcher.on_probe(run(watcher.probe_argv()), time.monotonic()):
+            show(line)
+        probed(watcher)
+        if watcher.wants_diagnosis:
+            for line in watcher.on_diagnosis(run(watcher.diagnose_argv()), time.monotonic()):
+                show(line)
+        for line in checkpoint_commands(watcher, run, running=True):
+            show(line)
+        if watcher.ended(time.monotonic()):
+            break
+        sleep(watcher.next_probe_in())
+    if watcher.outcome["state"] == "finished" and watcher.checkpoints.enabled:
+        watcher.checkpoints.wants_scan = True  # the save at the end, made just before the ranks exited
+    for line in [*checkpoint_commands(watcher, run, running=False), *watcher.finish()]:
+        show(line)
+    return watcher.result(time.monotonic())

@@ -66,9 +66,18 @@ def prune(root, wanted, keep):
     return old
 
 
+#: The oldest Python the package runs on (the core's dataclasses need 3.10).
+PYTHON = (3, 10)
+
+
 def main(argv):
     root, wanted, keep = argv[0], argv[1], int(argv[2])
     text = sys.stdin.read()
+    if sys.version_info < PYTHON:
+        raise ValueError(
+            f"the package needs Python {'.'.join(map(str, PYTHON))} or newer as python3; the container "
+            f"has {sys.version.split()[0]} ({sys.executable})"
+        )
     target = os.path.join(root, wanted)
     if whole(target):
         return {"version": wanted, "installed": False, "pruned": []}

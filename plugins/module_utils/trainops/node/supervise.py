@@ -1,0 +1,218 @@
+"""The run's supervisor on the cluster: watches an attempt from inside the master's training container, detached
+from every SSH session, so that the watch does not depend on the controller that started it.
+
+    python3 supervise.py start --run-dir DIR --attempt N < request.json   start the watch (or find it running)
+    python3 supervise.py read --run-dir DIR --attempt N --offset BYTES [--wait S]   what it said since BYTES
+    python3 supervise.py evidence --run-dir DIR                           a hang's evidence files, as JSON
+
+The watch is the core's (:func:`trainops.watch.watch` over a :class:`trainops.watch.Watcher`): the run's probe.sh,
+diagnose.sh and the checkpoint scanner run here, in this container, and reach the other nodes over the containers'
+sshd as they always have; a node is called lost only when they cannot reach it. Its files, under
+``DIR/supervisor/``, one set per attempt:
+
+    watch-N.request.json   the watch's request (trainops.watch.WatchRequest), as train.yml's action sent it
+    watch-N.pid            the supervisor's process id (its own session, no terminal, no run mark)
+    watch-N.events         what it says, one JSON line each: {"t": wall clock, "line": text}
+    watch-N.snapshot.json  the watch's result so far, written after every probe (state running)
+    watch-N.result.json    the watch's result once it has ended (or {"error": ...} when the watch itself failed)
+    watch-N.log            its own errors (a traceback, should it die of one)
+
+``start`` answers one JSON line: ``{"pid", "started", "ended"}``. A supervisor found dead without a result (killed,
+or its container restarted) is started again and takes the watch up from the logs' last 256 KiB, saying so in its
+events. Every file is written whole and renamed into place, or appended a line at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+# run as a script: the package's parent (.../trainops/node/ -> ...), not this directory, holds ``trainops``
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+#: Seconds a command of the watch (a probe, the diagnosis, a scan) may take before it is given up as failed.
+COMMAND_TIMEOUT_S = 300
+#: The watch has no time limit on the cluster (train_wait bounds only how long a terminal follows it).
+UNBOUNDED_S = 10**9
+
+
+def paths(run_dir: str, attempt: int) -> dict[str, str]:
+    base = os.path.join(run_dir, "supervisor", f"watch-{attempt}")
+    return {name: f"{base}.{name}" for name in ("request.json", "pid", "events", "snapshot.json", "result.json", "log")}
+
+
+def write_json(path: str, value: object) -> None:
+    with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+        json.dump(value, handle)
+    os.replace(f"{path}.tmp", path)
+
+
+def read_json(path: str) -> object:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid_path: str) -> int:
+    """The supervisor's pid when it still runs (a live process running this program), else 0."""
+    try:
+        with open(pid_path, encoding="utf-8") as handle:
+            pid = int(handle.read().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read().split(b"\0")
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pid if state != "Z" and any(part.endswith(b"supervise.py") for part in cmdline) else 0
+
+
+def run_here(argv: list[str], stdin: str | None = None) -> dict[str, object]:
+    """One command of the watch, in this container; answered as docker_container_exec answers."""
+    try:
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"rc": None, "stdout": "", "stderr": "", "failed": True, "msg": f"timed out after {COMMAND_TIMEOUT_S} s"}
+    except OSError as exc:
+        return {"rc": None, "stdout": "", "stderr": str(exc), "failed": True, "msg": str(exc)}
+    reply: dict[str, object] = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    if done.returncode != 0:
+        reply.update(failed=True, msg=(done.stderr or done.stdout or f"exited {done.returncode}").strip())
+    return reply
+
+
+def supervise(files: dict[str, str], taken_up_from: int) -> None:
+    """The detached process: the whole watch, its lines to the events, its result to the result file."""
+    from trainops.watch import ProbeError, Watcher, WatchRequest, watch
+
+    def say(line: str) -> None:
+        with open(files["events"], "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"t": round(time.time(), 3), "line": line}) + "\n")
+
+    request = WatchRequest(**read_json(files["request.json"]))
+    if taken_up_from:
+        say(f"supervisor: its process {taken_up_from} ended without a result; taking the watch up again (pid "
+            f"{os.getpid()}), from the logs' last 256 KiB")  # fmt: skip
+    watcher = Watcher(request, time.monotonic())
+
+    def probed(watcher: Watcher) -> None:  # the result so far (state running), for anyone who asks
+        write_json(files["snapshot.json"], watcher.result(time.monotonic()))
+
+    try:
+        result = watch(watcher, run_here, say, probed)
+    except ProbeError as exc:
+        result = {"error": str(exc)}
+    write_json(files["result.json"], result)
+
+
+def start(run_dir: str, attempt: int, request_text: str) -> dict[str, object]:
+    files = paths(run_dir, attempt)
+    os.makedirs(os.path.dirname(files["pid"]), exist_ok=True)
+    if os.path.exists(files["result.json"]):
+        return {"pid": 0, "started": False, "ended": True}
+    pid = alive(files["pid"])
+    if pid:
+        return {"pid": pid, "started": False, "ended": False}
+    taken_up_from = 0
+    if os.path.exists(files["pid"]):  # its supervisor died before the watch ended: take it up from the logs' tail
+        with open(files["pid"], encoding="utf-8") as handle:
+            taken_up_from = int(handle.read().strip() or 0)
+        request = dict(read_json(files["request.json"]) or json.loads(request_text), tail=True)
+    else:
+        request = json.loads(request_text)
+    request.update(wait=UNBOUNDED_S, evidence_dir=run_dir)
+    write_json(files["request.json"], request)
+    reader, writer = os.pipe()
+    sys.stdout.flush()
+    if os.fork() == 0:  # the supervisor: its own session, detached from this exec's output
+        os.close(reader)
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        with open(f"{files['pid']}.tmp", "w", encoding="utf-8") as handle:
+            handle.write(f"{os.getpid()}\n")
+        os.replace(f"{files['pid']}.tmp", files["pid"])
+        os.write(writer, str(os.getpid()).encode())
+        os.close(writer)
+        log = os.open(files["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        try:
+            supervise(files, taken_up_from)
+        except BaseException:  # noqa: BLE001 - its log and result say why, for the follower
+            traceback.print_exc()
+            write_json(files["result.json"], {"error": f"the supervisor failed: {traceback.format_exc(limit=3)}"})
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as handle:
+        started = int(handle.read() or 0)
+    os.wait()
+    return {"pid": started, "started": True, "ended": False}
+
+
+def read(run_dir: str, attempt: int, offset: int, wait: float) -> dict[str, object]:
+    """The events after ``offset`` (whole lines), whether the supervisor lives, and the result once there is one;
+    waits up to ``wait`` seconds for something new."""
+    files = paths(run_dir, attempt)
+    deadline = time.monotonic() + wait
+    while True:
+        result = read_json(files["result.json"])
+        try:
+            with open(files["events"], "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read(1 << 20)
+        except OSError:
+            chunk = b""
+        whole = chunk[: chunk.rfind(b"\n") + 1]
+        if whole or result is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    lines = [json.loads(text)["line"] for text in whole.decode("utf-8", "replace").splitlines() if text.strip()]
+    return {"lines": lines, "offset": offset + len(whole), "pid": alive(files["pid"]),
+            "result": result, "snapshot": read_json(files["snapshot.json"]) if result is None else None}  # fmt: skip
+
+
+def evidence(run_dir: str) -> dict[str, str]:
+    root = os.path.join(run_dir, "hang")
+    found = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                found[os.path.relpath(path, root)] = handle.read()
+    return found
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("start", "read", "evidence"):
+        sub = commands.add_parser(name)
+        sub.add_argument("--run-dir", required=True, help="the run's directory in this container")
+        if name != "evidence":
+            sub.add_argument("--attempt", type=int, required=True, help="the attempt's number")
+        if name == "read":
+            sub.add_argument("--offset", type=int, default=0, help="bytes of the events already read")
+            sub.add_argument("--wait", type=float, default=0.0, help="seconds to wait for something new")
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        answer = start(args.run_dir, args.attempt, sys.stdin.read())
+    elif args.command == "read":
+        answer = read(args.run_dir, args.attempt, args.offset, args.wait)
+    else:
+        answer = evidence(args.run_dir)
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,111 @@
+"""The run's supervisor (trainops/node/supervise.py), run here as train_watch runs it in the master's container:
+``start`` with the watch's request on stdin, then ``read`` until its result, over a run directory whose probe.sh
+prints what the test writes (the nodes' launch states), on this machine's processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from presets import load_preset, make_plan
+from trainops.watch import WatchRequest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "plugins" / "module_utils" / "trainops" / "node"
+HOSTS = [
+    {"name": "node1", "ansible_host": "172.30.0.11", "slots": 2, "accelerator": "cpu"},
+    {"name": "node2", "ansible_host": "172.30.0.12", "slots": 2, "accelerator": "cpu"},
+]
+RUNNING = "node\tnode1\trunning\t11\nnode\tnode2\trunning\t12\n"
+FINISHED = "node\tnode1\texited\t0\nnode\tnode2\texited\t0\n"
+
+
+def supervise(*args: str, stdin: str = "") -> dict:
+    done = subprocess.run([sys.executable, str(PROGRAMS / "supervise.py"), *args], input=stdin,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A run directory with its probe.sh (which prints the file ``states``) and the watch's request."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "states").write_text(RUNNING)
+    (run_dir / "probe.sh").write_text(f"cat {run_dir}/states\n")
+    layout = {"train_iters": 20, "seq_length": 256, "gbs": 8, "precision": "bf16"}
+    plan = dict(make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=layout, run_id="r1", exp_name="sv"),
+                run_dir=str(run_dir))  # fmt: skip
+    request = WatchRequest(plan=plan, probe=str(run_dir / "probe.sh"), programs=str(PROGRAMS), poll_interval=1.0,
+                           wait=30.0, verify_checkpoints=False)  # fmt: skip
+    assert WatchRequest(**json.loads(request.to_json())) == request
+    return run_dir, request.to_json()
+
+
+def follow(run_dir: Path, until: float = 30) -> tuple[list[str], dict]:
+    lines, offset, deadline = [], 0, time.monotonic() + until
+    while time.monotonic() < deadline:
+        answer = supervise("read", "--run-dir", str(run_dir), "--attempt", "1", "--offset", str(offset), "--wait", "2")
+        lines += answer["lines"]
+        offset = answer["offset"]
+        if answer["result"] is not None and not answer["lines"]:
+            return lines, answer["result"]
+    raise AssertionError(f"no result within {until} s: {lines}")
+
+
+def test_the_supervisor_watches_detached_and_its_result_is_read_once_the_run_ends(run):
+    run_dir, request = run
+    started = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)
+    assert started["started"] and started["pid"] > 0 and not started["ended"]
+    # a second start (another terminal, a train.yml again) finds it running and starts nothing
+    again = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)
+    assert again == dict(started, started=False)
+    time.sleep(1.5)
+    snapshot = supervise("read", "--run-dir", str(run_dir), "--attempt", "1")
+    assert snapshot["pid"] == started["pid"] and snapshot["result"] is None
+    assert snapshot["snapshot"]["state"] == "running" and snapshot["snapshot"]["nodes"]["node2"]["state"] == "running"
+    saved = json.loads((run_dir / "supervisor" / "watch-1.request.json").read_text())
+    assert saved["wait"] == 10**9 and saved["evidence_dir"] == str(run_dir)  # no time limit on the cluster
+    (run_dir / "states").write_text(FINISHED)
+    _, result = follow(run_dir)
+    assert result["state"] == "finished" and result["nodes"]["node1"] == {"state": "exited", "detail": "0"}
+    deadline = time.monotonic() + 10
+    while supervise("read", "--run-dir", str(run_dir), "--attempt", "1")["pid"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert supervise("read", "--run-dir", str(run_dir), "--attempt", "1")["pid"] == 0  # it exits with its watch
+    assert supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)["ended"]
+
+
+def test_a_supervisor_killed_mid_watch_is_started_again_and_takes_the_watch_up(run):
+    run_dir, request = run
+    first = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)["pid"]
+    time.sleep(1.5)
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while supervise("read", "--run-dir", str(run_dir), "--attempt", "1")["pid"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    dead = supervise("read", "--run-dir", str(run_dir), "--attempt", "1")
+    assert dead["pid"] == 0 and dead["result"] is None
+    again = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)
+    assert again["started"] and again["pid"] != first
+    assert json.loads((run_dir / "supervisor" / "watch-1.request.json").read_text())["tail"] is True
+    (run_dir / "states").write_text(FINISHED)
+    lines, result = follow(run_dir)
+    assert f"supervisor: its process {first} ended without a result; taking the watch up again" in lines[0]
+    assert result["state"] == "finished"
+
+
+def test_a_watch_that_cannot_go_on_ends_with_its_error_for_the_follower(run):
+    run_dir, request = run
+    (run_dir / "probe.sh").write_text("echo 'the probe failed' >&2; exit 3\n")
+    supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)
+    _, result = follow(run_dir)
+    # two failed probes in a row: the master's container does not answer its own probe (the core's verdict)
+    assert result["state"] == "failed" and result["node"] == "node1" and "the probe failed" in result["reason"]
