@@ -58,6 +58,23 @@ display = Display()
 FOLLOW_WAIT_S = 5
 #: Seconds between tries while the master's container does not answer.
 FOLLOW_RETRY_S = 2
+#: What docker says when it cannot run a command in the container (not the command's own failure).
+DOCKER_REFUSALS = ("Error response from daemon", "No such container", "is not running", "Cannot connect to the Docker")
+
+
+def _why(reply: dict[str, Any], limit: int = 200) -> str:
+    return (reply.get("msg") or reply.get("stderr") or "no answer").strip()[:limit]
+
+
+def _silent(reply: dict[str, Any]) -> bool:
+    """The master's container did not answer: the connection to the node failed, or docker could not run the
+    command there (the container stopped or gone: docker exec's own exit status 125, or the daemon's refusal)."""
+    if reply.get("unreachable"):
+        return True
+    if not reply.get("failed"):
+        return False
+    said = f"{reply.get('stderr') or ''} {reply.get('msg') or ''}"
+    return reply.get("rc") in (None, 125) or any(text in said for text in DOCKER_REFUSALS)
 
 
 class ActionModule(ActionBase):
@@ -87,49 +104,46 @@ class ActionModule(ActionBase):
 
     def _follow(self, request: WatchRequest) -> dict[str, Any]:
         """The supervisor's watch of this attempt, followed for up to ``wait`` seconds: its lines printed as they
-        come; its result, or the result so far (state running)."""
-        supervise = f"{request.programs}/supervise.py"
+        come; its result (every line read first), or the result so far (state running)."""
+        supervise, master = f"{request.programs}/supervise.py", request.plan["master"]
         where = ["--run-dir", request.plan["run_dir"], "--attempt", str(request.attempt)]
         deadline = time.monotonic() + request.wait
-        offset, lost_since, snapshot, reply = 0, None, None, {}
-        started = False
+        offset, lost_since, snapshot, result, started = 0, None, None, None, False
         while True:
             if not started:
-                reply = self._exec(request.container, ["python3", supervise, "start", *where],
-                                   request.to_json())  # fmt: skip
-                started = not (reply.get("unreachable") or reply.get("failed"))
+                reply = self._exec(request.container, ["python3", supervise, "start", *where], request.to_json())
+                started = not _silent(reply)
             if started:
                 reply = self._exec(request.container, ["python3", supervise, "read", *where, "--offset", str(offset),
                                                        "--wait", str(FOLLOW_WAIT_S)])  # fmt: skip
-            if reply.get("unreachable") or reply.get("failed"):
+            if _silent(reply):
+                started = False  # start again once it answers: a supervisor found running is only followed
                 if lost_since is None:
                     lost_since = time.monotonic()
-                    display.display(
-                        f"{request.plan['master']}: no answer from the master's container ("
-                        f"{(reply.get('msg') or '').strip()[:200]}); the run goes on under its supervisor on the "
-                        "cluster; trying again"
-                    )
-                lost = silent_master(request.plan, time.monotonic() - lost_since, reply.get("msg") or "no answer")
+                    display.display(f"{master}: no answer from the master's container ({_why(reply)}); the run goes "
+                                    "on under its supervisor on the cluster; trying again")  # fmt: skip
+                lost = silent_master(request.plan, time.monotonic() - lost_since, _why(reply))
                 if lost:
                     return dict(snapshot or {}, **lost)
                 if time.monotonic() >= deadline:
                     return dict(snapshot or {"state": "running"})
                 time.sleep(FOLLOW_RETRY_S)
                 continue
+            if reply.get("failed"):  # the master answers, but the supervisor's program failed: not a lost master
+                raise AnsibleActionFail(f"{master}: the run's supervisor ({supervise}) failed: {_why(reply, 1000)}")
             if lost_since is not None:
-                display.display(f"{request.plan['master']}: the master answers again, after "
-                                f"{time.monotonic() - lost_since:.0f} s")  # fmt: skip
+                display.display(f"{master}: the master answers again, after {time.monotonic() - lost_since:.0f} s")
                 lost_since = None
             answer = json.loads(reply["stdout"] or "{}")
-            if "lines" not in answer:  # start's answer: read next
-                continue
             for line in answer["lines"]:
                 display.display(line)
-            offset = answer["offset"]
-            snapshot = answer.get("snapshot") or snapshot
-            if answer.get("result") is not None and not answer["lines"]:
-                return answer["result"]
-            if not answer.get("pid") and answer.get("result") is None:
+            offset, snapshot = answer["offset"], answer.get("snapshot") or snapshot
+            result = answer["result"] if answer["result"] is not None else result
+            if result is not None:
+                if not answer["lines"]:  # every line said before the result is printed
+                    return result
+                continue
+            if not answer["pid"]:
                 started = False  # died without a result: started again (it takes the watch up from the logs)
             if time.monotonic() >= deadline:
                 return dict(snapshot or {"state": "running"})

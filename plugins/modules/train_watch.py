@@ -91,8 +91,8 @@ options:
     description: Controller directory of the run; a hang's evidence goes to its C(hang/) subdirectory.
     type: path
   tail:
-    description: 'Judge a run already going (status.yml): the first probe reads the last 256 KiB of the logs, and the
-      last iteration is dated by the log''s age.'
+    description: 'Judge a run already going (status.yml, or a supervisor taking a watch up): the first probe reads the
+      last 256 KiB of the logs, and the last iteration is dated by the log''s age.'
     type: bool
     default: false
   options:

@@ -112,3 +112,28 @@ def test_an_interrupted_install_is_replaced_and_the_oldest_versions_pruned(tmp_p
     third = install(root, *versions[2], keep=2)
     assert json.loads(third.stdout)["pruned"] == [versions[0][0]]
     assert sorted(p.name for p in root.iterdir()) == sorted([versions[1][0], versions[2][0], "current"])
+
+
+def test_a_version_used_again_is_current_and_one_a_live_process_runs_from_is_never_pruned(tmp_path):
+    root = tmp_path / "opt"
+    versions = []
+    for index in range(3):
+        copy = copy_package(tmp_path, f"u{index}")
+        (copy / "node" / "marker.py").write_text(f"VERSION = {index}\n")
+        versions.append((node_package.version(str(copy)), node_package.archive(str(copy))))
+    for version in versions[:2]:
+        assert install(root, *version, keep=2).returncode == 0
+    # a long run's supervisor runs from the first version
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                               f"{root}/{versions[0][0]}/trainops/node/supervise.py"])  # fmt: skip
+    try:
+        third = install(root, *versions[2], keep=1)
+        assert json.loads(third.stdout)["pruned"] == [versions[1][0]]  # the first is in use: kept
+        assert (root / versions[0][0] / ".complete").is_file()
+    finally:
+        runner.kill()
+        runner.wait()
+    # the first again (a playbook of an older checkout): nothing unpacked, it is current, and the newest used
+    again = install(root, *versions[0], keep=1)
+    assert json.loads(again.stdout) == {"version": versions[0][0], "installed": False, "pruned": [versions[2][0]]}
+    assert os.readlink(root / "current") == versions[0][0]

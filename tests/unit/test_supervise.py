@@ -109,3 +109,14 @@ def test_a_watch_that_cannot_go_on_ends_with_its_error_for_the_follower(run):
     _, result = follow(run_dir)
     # two failed probes in a row: the master's container does not answer its own probe (the core's verdict)
     assert result["state"] == "failed" and result["node"] == "node1" and "the probe failed" in result["reason"]
+
+
+def test_starts_at_once_start_one_supervisor(run):
+    run_dir, request = run
+    starts = [subprocess.Popen([sys.executable, str(PROGRAMS / "supervise.py"), "start", "--run-dir", str(run_dir),
+                                "--attempt", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+              for _ in range(3)]  # fmt: skip
+    answers = [json.loads(start.communicate(request, timeout=60)[0]) for start in starts]
+    assert sum(answer["started"] for answer in answers) == 1, answers
+    (run_dir / "states").write_text(FINISHED)
+    assert follow(run_dir)[1]["state"] == "finished"

@@ -358,6 +358,7 @@ def test_a_master_silent_to_the_follower_is_judged_only_after_its_limit(plan):
     assert silent_master(plan, 60.0, "Connection reset by peer") is None  # the controller's path: keep trying
     lost = silent_master(plan, MASTER_SILENT_S, "ssh: connect to host 172.30.0.11 port 22: Connection refused\n")
     assert lost["state"] == "failed" and lost["kind"] == "lost" and lost["node"] == plan["master"]
+    assert lost["ranks"] == [0, 1]
     assert (
         lost["reason"] == "the master has not answered for 120 s: ssh: connect to host 172.30.0.11 port 22: "
         "Connection refused"

@@ -180,8 +180,8 @@ class WatchRequest:
     )
     tail: bool = _arg(
         "bool",
-        "Judge a run already going (status.yml): the first probe reads the last 256 KiB of "
-        "the logs, and the last iteration is dated by the log's age.",
+        "Judge a run already going (status.yml, or a supervisor taking a watch up): the first probe reads the last "
+        "256 KiB of the logs, and the last iteration is dated by the log's age.",
         False,
     )
     options: Mapping[str, Any] | None = _arg(
@@ -459,7 +459,9 @@ class Watcher:
             self.plan,
             request.programs,
             {
-                "verify_checkpoints": request.verify_checkpoints is not False and not request.tail,
+                # a single look (status.yml) judges no save; a watch taken up from the logs' tail does
+                "verify_checkpoints": request.verify_checkpoints is not False
+                and not (request.tail and not request.wait),
                 "keep_checkpoints": request.keep_checkpoints,
                 "keep_every": request.keep_every,
                 "keep_dry_run": request.keep_dry_run,
@@ -619,7 +621,8 @@ def silent_master(plan: Mapping[str, Any], silent_s: float, why: str) -> dict[st
     below :data:`MASTER_SILENT_S`, else a failed outcome, kind ``lost``, naming the master."""
     if silent_s < MASTER_SILENT_S:
         return None
-    return _failed("lost", plan["master"], f"the master has not answered for {silent_s:.0f} s: {why.strip()[:300]}")
+    lost = _failed("lost", plan["master"], f"the master has not answered for {silent_s:.0f} s: {why.strip()[:300]}")
+    return dict(lost, ranks=ranks_of(plan, plan["master"]))
 
 
 #: Runs one command where the watch runs (``argv``, optional stdin); answers as ``docker_container_exec`` does:

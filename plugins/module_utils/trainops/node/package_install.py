@@ -3,9 +3,10 @@
     python3 -c "$(cat package_install.py)" ROOT VERSION KEEP < archive.b64
 
 Reads the package (base64 of a gzipped tar, :func:`trainops.node_package.archive`) from stdin. When ROOT/VERSION
-is already whole it changes nothing. Otherwise it unpacks into a new directory beside it, checks the files against
-VERSION with the package's own :func:`trainops.node_package.version`, marks the directory whole and renames it
-into place, points ROOT/current at it, and removes the oldest versions beyond KEEP. One JSON line answers:
+is already whole it only marks it used now. Otherwise it unpacks into a new directory beside it, checks the files
+against VERSION with the package's own :func:`trainops.node_package.version`, marks the directory whole and
+renames it into place. Either way it points ROOT/current at it and removes the versions least recently used
+beyond KEEP, but never one that a live process runs from (a supervisor, a smoke job's ranks). One JSON line answers:
 ``{"version", "installed", "pruned"}``; a failure is said on stderr with exit status 1 and leaves no version that
 looks whole.
 """
@@ -53,6 +54,23 @@ def point_current(root, wanted):
     os.replace(new, link)
 
 
+def in_use(root):
+    """The versions a live process of this container runs from (its command line names ROOT/<version>/)."""
+    used = set()
+    prefix = root.rstrip("/").encode() + b"/"
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    cmdline = handle.read()
+            except OSError:
+                continue
+            for part in cmdline.split(b"\0"):
+                if part.startswith(prefix):
+                    used.add(part[len(prefix) :].split(b"/", 1)[0].decode(errors="replace"))
+    return used
+
+
 def prune(root, wanted, keep):
     versions = [
         name
@@ -60,7 +78,9 @@ def prune(root, wanted, keep):
         if not name.startswith(".") and name != "current" and whole(os.path.join(root, name))
     ]
     versions.sort(key=lambda name: os.path.getmtime(os.path.join(root, name, ".complete")), reverse=True)
+    busy = in_use(root)
     old = [name for name in versions if name != wanted][max(keep - 1, 0) :]
+    old = [name for name in old if name not in busy]
     for name in old:
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     return old
@@ -80,7 +100,10 @@ def main(argv):
         )
     target = os.path.join(root, wanted)
     if whole(target):
-        return {"version": wanted, "installed": False, "pruned": []}
+        os.utime(os.path.join(target, ".complete"))  # used now: the last to be pruned
+        if os.path.realpath(os.path.join(root, "current")) != os.path.realpath(target):
+            point_current(root, wanted)
+        return {"version": wanted, "installed": False, "pruned": prune(root, wanted, keep)}
     os.makedirs(root, exist_ok=True)
     work = tempfile.mkdtemp(prefix=f".{wanted}.", dir=root)
     try:

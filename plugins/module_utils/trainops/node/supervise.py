@@ -12,6 +12,7 @@ sshd as they always have; a node is called lost only when they cannot reach it. 
 
     watch-N.request.json   the watch's request (trainops.watch.WatchRequest), as train.yml's action sent it
     watch-N.pid            the supervisor's process id (its own session, no terminal, no run mark)
+    watch-N.lock           held (flock) by the supervisor for as long as it lives: it runs when the lock is taken
     watch-N.events         what it says, one JSON line each: {"t": wall clock, "line": text}
     watch-N.snapshot.json  the watch's result so far, written after every probe (state running)
     watch-N.result.json    the watch's result once it has ended (or {"error": ...} when the watch itself failed)
@@ -25,6 +26,7 @@ events. Every file is written whole and renamed into place, or appended a line a
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import subprocess
@@ -43,7 +45,8 @@ UNBOUNDED_S = 10**9
 
 def paths(run_dir: str, attempt: int) -> dict[str, str]:
     base = os.path.join(run_dir, "supervisor", f"watch-{attempt}")
-    return {name: f"{base}.{name}" for name in ("request.json", "pid", "events", "snapshot.json", "result.json", "log")}
+    names = ("request.json", "pid", "lock", "events", "snapshot.json", "result.json", "log")
+    return {name: f"{base}.{name}" for name in names}
 
 
 def write_json(path: str, value: object) -> None:
@@ -60,18 +63,27 @@ def read_json(path: str) -> object:
         return None
 
 
-def alive(pid_path: str) -> int:
-    """The supervisor's pid when it still runs (a live process running this program), else 0."""
+def recorded_pid(files: dict[str, str]) -> int:
     try:
-        with open(pid_path, encoding="utf-8") as handle:
-            pid = int(handle.read().strip())
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            cmdline = handle.read().split(b"\0")
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, ValueError, IndexError):
+        with open(files["pid"], encoding="utf-8") as handle:
+            return int(handle.read().strip() or 0)
+    except (OSError, ValueError):
         return 0
-    return pid if state != "Z" and any(part.endswith(b"supervise.py") for part in cmdline) else 0
+
+
+def alive(files: dict[str, str]) -> int:
+    """The supervisor's pid while it lives (its lock is held; a pid alone could be another process's after a
+    restart of the container), else 0; -1 when it lives but has not written its pid yet."""
+    try:
+        handle = open(files["lock"], "a")  # noqa: SIM115 - closed below, which releases a lock taken here
+    except OSError:
+        return 0
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return recorded_pid(files) or -1
+    return 0
 
 
 def run_here(argv: list[str], stdin: str | None = None) -> dict[str, object]:
@@ -92,9 +104,15 @@ def supervise(files: dict[str, str], taken_up_from: int) -> None:
     """The detached process: the whole watch, its lines to the events, its result to the result file."""
     from trainops.watch import ProbeError, Watcher, WatchRequest, watch
 
-    def say(line: str) -> None:
-        with open(files["events"], "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"t": round(time.time(), 3), "line": line}) + "\n")
+    events = os.open(files["events"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if os.fstat(events).st_size:  # a line cut short by a supervisor killed mid-write ends here
+        with open(files["events"], "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                os.write(events, b"\n")
+
+    def say(line: str) -> None:  # one write of a whole line, appended
+        os.write(events, (json.dumps({"t": round(time.time(), 3), "line": line}) + "\n").encode())
 
     request = WatchRequest(**read_json(files["request.json"]))
     if taken_up_from:
@@ -117,35 +135,40 @@ def start(run_dir: str, attempt: int, request_text: str) -> dict[str, object]:
     os.makedirs(os.path.dirname(files["pid"]), exist_ok=True)
     if os.path.exists(files["result.json"]):
         return {"pid": 0, "started": False, "ended": True}
-    pid = alive(files["pid"])
-    if pid:
-        return {"pid": pid, "started": False, "ended": False}
-    taken_up_from = 0
-    if os.path.exists(files["pid"]):  # its supervisor died before the watch ended: take it up from the logs' tail
-        with open(files["pid"], encoding="utf-8") as handle:
-            taken_up_from = int(handle.read().strip() or 0)
+    lock = os.open(files["lock"], os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # a supervisor lives (or another start is starting one)
+        os.close(lock)
+        return {"pid": recorded_pid(files), "started": False, "ended": False}
+    taken_up_from = recorded_pid(files)
+    if taken_up_from:  # its supervisor died before the watch ended: take it up from the logs' tail
         request = dict(read_json(files["request.json"]) or json.loads(request_text), tail=True)
+        snapshot = read_json(files["snapshot.json"]) or {}
+        request["known_checkpoints"] = (snapshot.get("checkpoints") or {}).get("saves") or request.get(
+            "known_checkpoints"
+        )
     else:
         request = json.loads(request_text)
     request.update(wait=UNBOUNDED_S, evidence_dir=run_dir)
     write_json(files["request.json"], request)
     reader, writer = os.pipe()
     sys.stdout.flush()
-    if os.fork() == 0:  # the supervisor: its own session, detached from this exec's output
+    if os.fork() == 0:  # the supervisor: its own session, detached from this exec's output; it keeps the lock
         os.close(reader)
         os.setsid()
         if os.fork() != 0:
             os._exit(0)
-        with open(f"{files['pid']}.tmp", "w", encoding="utf-8") as handle:
-            handle.write(f"{os.getpid()}\n")
-        os.replace(f"{files['pid']}.tmp", files["pid"])
-        os.write(writer, str(os.getpid()).encode())
-        os.close(writer)
         log = os.open(files["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        with open(f"{files['pid']}.tmp", "w", encoding="utf-8") as handle:
+            handle.write(f"{os.getpid()}\n")
+        os.replace(f"{files['pid']}.tmp", files["pid"])
+        os.write(writer, str(os.getpid()).encode())
+        os.close(writer)
         try:
             supervise(files, taken_up_from)
         except BaseException:  # noqa: BLE001 - its log and result say why, for the follower
@@ -153,6 +176,7 @@ def start(run_dir: str, attempt: int, request_text: str) -> dict[str, object]:
             write_json(files["result.json"], {"error": f"the supervisor failed: {traceback.format_exc(limit=3)}"})
         os._exit(0)
     os.close(writer)
+    os.close(lock)  # the supervisor's copy holds it
     with os.fdopen(reader) as handle:
         started = int(handle.read() or 0)
     os.wait()
@@ -176,8 +200,13 @@ def read(run_dir: str, attempt: int, offset: int, wait: float) -> dict[str, obje
         if whole or result is not None or time.monotonic() >= deadline:
             break
         time.sleep(0.2)
-    lines = [json.loads(text)["line"] for text in whole.decode("utf-8", "replace").splitlines() if text.strip()]
-    return {"lines": lines, "offset": offset + len(whole), "pid": alive(files["pid"]),
+    lines = []
+    for text in whole.decode("utf-8", "replace").splitlines():
+        try:
+            lines.append(json.loads(text)["line"])
+        except (ValueError, KeyError, TypeError):  # a line cut short by a supervisor killed mid-write
+            continue
+    return {"lines": lines, "offset": offset + len(whole), "pid": alive(files),
             "result": result, "snapshot": read_json(files["snapshot.json"]) if result is None else None}  # fmt: skip
 
 
