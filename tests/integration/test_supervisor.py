@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from testbed import ROOT, clean_experiment, in_container, latest_run, playbook, train_in_background, wait_for_iterations
+from testbed import ROOT, clean_experiment, in_container, latest_run, playbook, train_in_background
 
 pytestmark = pytest.mark.testbed
 
@@ -44,7 +44,11 @@ def test_the_controllers_ssh_reset_for_20_s_mid_run_stops_nothing_and_blames_no_
     job = train_in_background("-e", "train_iters=100000", "-e", "train_wait=70", "-e", "max_restarts=1",
                               "-e", f"exp={exp}", output=log)  # fmt: skip
     try:
-        wait_for_iterations(exp)
+        # mid-run: the supervisor watches and this terminal follows it (its first progress line is printed)
+        deadline = time.monotonic() + 240
+        while not re.search(r"iteration \d+/100000", log.read_text()) and time.monotonic() < deadline:
+            assert job.poll() is None, log.read_text()[-4000:]
+            time.sleep(1)
         with controller_ssh_reset():
             # the reset is real: the controller's own SSH to node1 is refused meanwhile
             refused = playbook("playbooks/status.yml", timeout=120)
