@@ -33,6 +33,16 @@ def copy_package(tmp_path: Path, name: str) -> Path:
     return copy
 
 
+def three_versions(tmp_path: Path) -> list[tuple[str, str]]:
+    """(version, archive) of three copies of the package, each with a file of its own."""
+    versions = []
+    for index in range(3):
+        copy = copy_package(tmp_path, f"v{index}")
+        (copy / "node" / "marker.py").write_text(f"VERSION = {index}\n")
+        versions.append((node_package.version(str(copy)), node_package.archive(str(copy))))
+    return versions
+
+
 def test_the_package_holds_the_core_and_every_node_program_and_no_cache(tmp_path):
     names = node_package.files(str(PACKAGE))
     assert "trainops/watch.py" in names and "trainops/megatron_log/parser.py" in names
@@ -98,11 +108,7 @@ def test_a_cut_short_or_altered_archive_installs_nothing_that_looks_whole(tmp_pa
 
 def test_an_interrupted_install_is_replaced_and_the_oldest_versions_pruned(tmp_path):
     root = tmp_path / "opt"
-    versions = []
-    for index in range(3):
-        copy = copy_package(tmp_path, f"v{index}")
-        (copy / "node" / "marker.py").write_text(f"VERSION = {index}\n")
-        versions.append((node_package.version(str(copy)), node_package.archive(str(copy))))
+    versions = three_versions(tmp_path)
     (root / versions[0][0]).mkdir(parents=True)  # left part-way: no .complete
     (root / versions[0][0] / "half.py").write_text("")
     assert install(root, *versions[0], keep=2).returncode == 0
@@ -116,11 +122,7 @@ def test_an_interrupted_install_is_replaced_and_the_oldest_versions_pruned(tmp_p
 
 def test_a_version_used_again_is_current_and_one_a_live_process_runs_from_is_never_pruned(tmp_path):
     root = tmp_path / "opt"
-    versions = []
-    for index in range(3):
-        copy = copy_package(tmp_path, f"u{index}")
-        (copy / "node" / "marker.py").write_text(f"VERSION = {index}\n")
-        versions.append((node_package.version(str(copy)), node_package.archive(str(copy))))
+    versions = three_versions(tmp_path)
     for version in versions[:2]:
         assert install(root, *version, keep=2).returncode == 0
     # a long run's supervisor runs from the first version
