@@ -40,7 +40,10 @@ def test_the_controllers_ssh_reset_for_20_s_mid_run_stops_nothing_and_blames_no_
     exp = "controller-reset"
     clean_experiment(exp)
     log = tmp_path / "train.out"
-    # train_wait bounds how long this terminal follows the run (a run of 100,000 iterations goes on after it)
+    # Defaults overridden, and why: train_wait (default 86,400 s) bounds how long this terminal follows the run, a
+    # run of 100,000 iterations that goes on after it; max_restarts=1 (default 0) so that a wrongly failed attempt
+    # would be restarted, and the single attempt asserted below proves none was. Every default as rendered runs in
+    # test_megatron_defaults.py.
     job = train_in_background("-e", "train_iters=100000", "-e", "train_wait=70", "-e", "max_restarts=1",
                               "-e", f"exp={exp}", output=log)  # fmt: skip
     try:
