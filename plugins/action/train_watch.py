@@ -22,7 +22,8 @@ iteration; it names the stragglers of the last 20 straggler reports, if any. The
 This action follows the supervisor's events (``supervise.py read``, one ``docker exec`` over the play's
 connection to the master node that waits up to 5 s for a new line) and prints them as they come; after ``wait``
 seconds it returns ``running`` with the watch's result so far (the supervisor watches on; status.yml follows it,
-stop.yml stops it). A connection to the master that fails (a reset, a cut, a controller that sleeps) is said once
+stop.yml stops it). With ``detach: true`` (train.yml -e wait=false) it starts the supervisor and returns
+``running`` at once. A connection to the master that fails (a reset, a cut, a controller that sleeps) is said once
 and tried again: it is the controller's path, not the run's, and judges no node, unless the master stays silent
 for :data:`trainops.watch.MASTER_SILENT_S` (then the attempt is ``failed``, kind ``lost``, as a master that is
 gone). A supervisor found dead without a result is started again, and takes the watch up from the logs' tail.
@@ -56,6 +57,8 @@ from trainops.watch import ProbeError, Watcher, WatchRequest, silent_master, wat
 display = Display()
 #: Seconds one read of the supervisor's events waits for a new line (the follower's latency, at most).
 FOLLOW_WAIT_S = 5
+#: Lines of the supervisor's events shown first to a follower that attaches to a run already going (status.yml).
+ATTACH_LINES = 20
 #: Seconds between tries while the master's container does not answer.
 FOLLOW_RETRY_S = 2
 #: What docker says when it cannot run a command in the container (not the command's own failure).
@@ -77,9 +80,13 @@ def _silent(reply: dict[str, Any]) -> bool:
     return reply.get("rc") in (None, 125) or any(text in said for text in DOCKER_REFUSALS)
 
 
+#: The action's own argument beside the watch's request: start the supervisor and return at once (-e wait=false).
+DETACH = {"detach": {"type": "bool", "default": False}}
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(WatchRequest.argument_spec())
+    _VALID_ARGS = frozenset(WatchRequest.argument_spec()) | frozenset(DETACH)
 
     def _runner(self, container: str):
         return lambda argv, stdin=None: self._exec(container, argv, stdin)
@@ -102,17 +109,28 @@ class ActionModule(ActionBase):
             out.update(failed=True, msg=(out["stderr"] or out["stdout"] or f"docker exec exited {out['rc']}").strip())
         return out
 
-    def _follow(self, request: WatchRequest) -> dict[str, Any]:
+    def _follow(self, request: WatchRequest, detach: bool = False) -> dict[str, Any]:
         """The supervisor's watch of this attempt, followed for up to ``wait`` seconds: its lines printed as they
-        come; its result (every line read first), or the result so far (state running)."""
+        come; its result (every line read first), or the result so far (state running). With ``detach``, the
+        supervisor is started and ``running`` returned at once."""
         supervise, master = f"{request.programs}/supervise.py", request.plan["master"]
         where = ["--run-dir", request.plan["run_dir"], "--attempt", str(request.attempt)]
         deadline = time.monotonic() + request.wait
-        offset, lost_since, snapshot, result, started = 0, None, None, None, False
+        # train.yml follows from the watch's first line; status.yml (tail) attaches with its last lines
+        offset = -ATTACH_LINES if request.tail else 0
+        lost_since, snapshot, result, started = None, None, None, False
         while True:
             if not started:
                 reply = self._exec(request.container, ["python3", supervise, "start", *where], request.to_json())
                 started = not _silent(reply)
+                if detach:
+                    if not started:
+                        display.warning(f"{master}: the run's supervisor could not be started ({_why(reply)}); the "
+                                        "run goes on unwatched until status.yml -e follow=true starts one")  # fmt: skip
+                    elif reply.get("failed"):
+                        raise AnsibleActionFail(f"{master}: the run's supervisor ({supervise}) failed to start: "
+                                                f"{_why(reply, 1000)}")  # fmt: skip
+                    return {"state": "running"}
             if started:
                 reply = self._exec(request.container, ["python3", supervise, "read", *where, "--offset", str(offset),
                                                        "--wait", str(FOLLOW_WAIT_S)])  # fmt: skip
@@ -167,18 +185,19 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=WatchRequest.argument_spec())
-        request = WatchRequest.from_args(args, list(self._task.args))
+        _, args = self.validate_argument_spec(argument_spec=dict(WatchRequest.argument_spec(), **DETACH))
+        detach = args.pop("detach")
+        request = WatchRequest.from_args(args, [name for name in self._task.args if name not in DETACH])
         if request.wait == 0:  # status.yml: one probe, from here
             try:
                 watched = watch(Watcher(request, time.monotonic()), self._runner(request.container), display.display)
             except ProbeError as exc:
                 raise AnsibleActionFail(str(exc)) from exc
         else:
-            watched = self._follow(request)
+            watched = self._follow(request, detach)
             if "error" in watched:
                 raise AnsibleActionFail(watched["error"])
             if (watched.get("hang") or {}).get("evidence") and request.evidence_dir:
                 self._fetch_evidence(request, watched)
-        result.update(changed=False, watch=watched)
+        result.update(changed=False, watch=watched, attempt=request.attempt)
         return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -54,10 +55,32 @@ def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return outcome_core.stop_lines(nodes)
 
 
-def status_text(probes: Sequence[Mapping[str, Any]]) -> str:
-    """status.yml's display, from its probe loop's results (each: ``item.item`` the run dir, ``watch``)."""
-    runs = [{"run_dir": probe["item"]["item"], "watch": probe["watch"]} for probe in probes]
+def status_text(
+    probes: Sequence[Mapping[str, Any]], supervisors: Sequence[Mapping[str, Any]] | None = None, master: str = ""
+) -> str:
+    """status.yml's display, from its probe loop's results (each: ``item.item`` the run dir, ``watch``) and, when
+    given, its supervisor loop's (each: ``stdout``, supervise.py status's JSON, with ``run_dir``) on ``master``."""
+    seen = {}
+    for reply in supervisors or []:
+        try:
+            answer = json.loads(reply.get("stdout") or "")
+        except ValueError:
+            continue
+        seen[answer.get("run_dir")] = answer
+    runs = []
+    for probe in probes:
+        run = {"run_dir": probe["item"]["item"], "watch": probe["watch"]}
+        if supervisors is not None:
+            run.update(master=master, supervisor=seen.get(run["run_dir"]))
+        runs.append(run)
     return outcome_core.status_text(runs)
+
+
+def followed_text(followed: Sequence[Mapping[str, Any]]) -> str:
+    """status.yml -e follow=true's last lines, from its follow loop's results (each: ``item.item`` the run dir,
+    ``attempt``, ``watch``)."""
+    runs = [{"run_dir": one["item"]["item"], "attempt": one["attempt"], "watch": one["watch"]} for one in followed]
+    return outcome_core.followed_text(runs)
 
 
 def left_out(runs_dir: str, options: Mapping[str, Any], given: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -88,6 +111,7 @@ class FilterModule:
             "trainops_stop_lines": stop_lines,
             "trainops_silent_nodes_text": outcome_core.silent_nodes_text,
             "trainops_status_text": status_text,
+            "trainops_followed_text": followed_text,
             "trainops_watch_options": watch_options,
             "trainops_left_out": left_out,
             "trainops_incident_line": incidents_core.line,

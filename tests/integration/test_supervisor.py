@@ -1,17 +1,21 @@
 """The run's supervisor on the testbed: the watch of an attempt runs in the master's training container, and the
-controller only follows it, so that a fault of the controller's own path to the nodes is not a fault of the run.
+controller only follows it, so that a fault of the controller's own path to the nodes, or of the controller itself,
+is not a fault of the run.
 
-The fault is real: every SSH packet from this machine (the controller) to the nodes is answered with a TCP reset by
-iptables (what a laptop that changes network, or a VPN that reconnects, does to open connections), for 20 s in the
-middle of a run. Before the supervisor, train.yml called the master lost, ended a healthy run ``failed`` and
-recorded ``lost`` incidents against both nodes while their ranks trained on unwatched.
+The faults are real, one after the other in one run: every SSH packet from this machine (the controller) to the
+nodes answered with a TCP reset by iptables for 20 s (what a laptop that changes network, or a VPN that reconnects,
+does to open connections), then dropped for 60 s (a cut link); then train.yml killed with SIGKILL, then the
+supervisor killed with SIGKILL. Before the supervisor, the reset alone made train.yml call the master lost, end a
+healthy run ``failed`` and record ``lost`` incidents against both nodes while their ranks trained on unwatched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 
@@ -23,58 +27,109 @@ pytestmark = pytest.mark.testbed
 
 #: The controller's SSH to the nodes (inventory/testbed: ansible_host 172.30.0.1N, port 22), and nothing else:
 #: the nodes' own traffic to each other, and the tests' docker exec, do not pass this machine's OUTPUT chain.
-CONTROLLER_SSH = ["OUTPUT", "-p", "tcp", "-d", "172.30.0.0/24", "--dport", "22", "-j", "REJECT",
-                  "--reject-with", "tcp-reset"]  # fmt: skip
+CONTROLLER_SSH = ["OUTPUT", "-p", "tcp", "-d", "172.30.0.0/24", "--dport", "22", "-j"]
+RESET = ["REJECT", "--reject-with", "tcp-reset"]
 
 
 @contextlib.contextmanager
-def controller_ssh_reset():
-    subprocess.run(["iptables", "-I", *CONTROLLER_SSH], check=True)
+def controller_ssh(verdict: list[str]):
+    subprocess.run(["iptables", "-I", *CONTROLLER_SSH, *verdict], check=True)
     try:
         yield
     finally:
-        subprocess.run(["iptables", "-D", *CONTROLLER_SSH], check=True)
+        subprocess.run(["iptables", "-D", *CONTROLLER_SSH, *verdict], check=True)
 
 
-def test_the_controllers_ssh_reset_for_20_s_mid_run_stops_nothing_and_blames_no_node(provisioned, tmp_path):
-    exp = "controller-reset"
+def kill_controller(job: subprocess.Popen) -> None:
+    """SIGKILL to train.yml and every process under it (Ansible's workers, their ssh): a controller that dies, not
+    only its main process (a worker left alive would go on following, and starting the supervisor again)."""
+    family, look = [job.pid], [job.pid]
+    while look:
+        found = subprocess.run(["pgrep", "-P", str(look.pop())], capture_output=True, text=True).stdout.split()
+        family += [int(pid) for pid in found]
+        look += [int(pid) for pid in found]
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    job.wait(timeout=30)
+
+
+def iterations(text: str) -> list[int]:
+    return [int(n) for n in re.findall(r"iteration (\d+)/100000", text)]
+
+
+def wait_for(predicate, what: str, job: subprocess.Popen | None, log, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert job is None or job.poll() is None, log.read_text()[-4000:]
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s: {log.read_text()[-4000:]}"
+        time.sleep(1)
+
+
+def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_takes_a_killed_supervisor_up(
+    provisioned, tmp_path
+):
+    exp = "controller-faults"
     clean_experiment(exp)
     log = tmp_path / "train.out"
-    # Defaults overridden, and why: train_wait (default 86,400 s) bounds how long this terminal follows the run, a
-    # run of 100,000 iterations that goes on after it; max_restarts=1 (default 0) so that a wrongly failed attempt
-    # would be restarted, and the single attempt asserted below proves none was. Every default as rendered runs in
+    # Defaults overridden, and why: train_wait (default 86,400 s) bounds how long this terminal follows a run of
+    # 100,000 iterations (it is killed before); max_restarts=1 (default 0) so that a wrongly failed attempt would be
+    # restarted, and the single attempt asserted below proves none was. Every default as rendered runs in
     # test_megatron_defaults.py.
-    job = train_in_background("-e", "train_iters=100000", "-e", "train_wait=70", "-e", "max_restarts=1",
+    job = train_in_background("-e", "train_iters=100000", "-e", "train_wait=600", "-e", "max_restarts=1",
                               "-e", f"exp={exp}", output=log)  # fmt: skip
     try:
         # mid-run: the supervisor watches and this terminal follows it (its first progress line is printed)
-        deadline = time.monotonic() + 240
-        while not re.search(r"iteration \d+/100000", log.read_text()) and time.monotonic() < deadline:
-            assert job.poll() is None, log.read_text()[-4000:]
-            time.sleep(1)
-        with controller_ssh_reset():
+        wait_for(lambda: iterations(log.read_text()), "progress line", job, log)
+        with controller_ssh(RESET):
             # the reset is real: the controller's own SSH to node1 is refused meanwhile
             refused = playbook("playbooks/status.yml", timeout=120)
             assert refused.returncode != 0 and "node1" in refused.stdout, refused.stdout[-3000:]
             time.sleep(20)
-        job.wait(timeout=300)
+        wait_for(lambda: "the master answers again" in log.read_text(), "contact again", job, log)
         output = log.read_text()
-        assert job.returncode == 0, output[-5000:]
         lost = output.index("no answer from the master's container")
         again = re.search(r"node1: the master answers again, after \d+ s", output)
         assert again and again.start() > lost, output[-5000:]
         # the ranks trained on through the reset, watched on the cluster: progress after contact came back
-        before = [int(n) for n in re.findall(r"iteration (\d+)/100000", output[:lost])]
-        after = [int(n) for n in re.findall(r"iteration (\d+)/100000", output[again.end() :])]
+        wait_for(lambda: iterations(log.read_text()[again.end() :]), "progress after the reset", job, log)
+        # then a cut: every packet dropped for 60 s (SSH waits it out, or the follower tries again)
+        cut_at = len(log.read_text())
+        with controller_ssh(["DROP"]):
+            time.sleep(60)
+        wait_for(lambda: iterations(log.read_text()[cut_at:]), "progress after the cut", job, log)
+        # then the controller killed: the supervisor watches on, the ranks train on
+        kill_controller(job)
+        output = log.read_text()
+        before, after = iterations(output[:lost]), iterations(output[again.end() :])
         assert before and after and min(after) > max(before), output[-5000:]
-        # no restart, no failure: one attempt, still running when this terminal stopped following it
+        assert "attempt 2" not in output, output[-5000:]
+        # no restart, no failure, no incident: one attempt, never ended
         attempts = json.loads((latest_run(exp) / "attempts.json").read_text())
-        assert attempts["current"]["number"] == 1 and attempts["current"]["outcome"]["state"] == "running", attempts
-        assert attempts["records"] == [] and "attempt 2" not in output
+        assert attempts["current"]["number"] == 1 and attempts["records"] == [], attempts
         assert not (ROOT / "runs" / "incidents.jsonl").exists() or not (ROOT / "runs" / "incidents.jsonl").read_text()
-        # the supervisor watches on after train.yml returned; the ranks are still training
-        supervised = in_container("node1", f"cat /data/mtt-train-ops/runs/{exp}/*/supervisor/watch-1.pid").stdout
-        assert in_container("node1", f"test -d /proc/{supervised.strip()}", check=False).returncode == 0
+        supervisor = f"/data/mtt-train-ops/runs/{exp}/*/supervisor/watch-1"
+        first = in_container("node1", f"cat {supervisor}.pid").stdout.strip()
+        assert in_container("node1", f"test -d /proc/{first}", check=False).returncode == 0
+        # the supervisor killed: the ranks go on; the next status.yml starts it again and follows it from here
+        in_container("node1", f"kill -KILL {first}")
+        wait_for(lambda: in_container("node1", f"test -d /proc/{first}", check=False).returncode != 0, "death",
+                 None, log, 30)  # fmt: skip
+        followed = playbook("playbooks/status.yml", "-e", "follow=true", "-e", "train_wait=20", timeout=300)
+        assert followed.returncode == 0, followed.stdout[-5000:]
+        shown = followed.stdout
+        taken = re.search(rf"watched  by its supervisor, started again now \(pid (\d+) in node1's container\): its "
+                          rf"process {first} had ended before attempt 1's watch did", shown)  # fmt: skip
+        assert taken, shown[-5000:]
+        assert f"supervisor: its process {first} ended without a result; taking the watch up again" in shown
+        assert re.search(r"attempt 1: still running, its supervisor watches on; last progress: iteration \d+", shown)
+        assert in_container("node1", f"test -d /proc/{taken.group(1)}", check=False).returncode == 0
+        # the taken-up watch dates the last verified save by the wall clock, as its first supervisor did
+        ages = [int(n) for n in re.findall(r"ckpt \d+ verified (-?\d+) s ago", shown)]
+        assert ages and all(0 <= age < 600 for age in ages), shown[-3000:]
+        # a status.yml after that sees it watching, and starts nothing
+        seen = playbook("playbooks/status.yml", timeout=300).stdout
+        assert re.search(rf"watched  by its supervisor \(pid {taken.group(1)} in node1's container since ", seen), seen
     finally:
         job.kill()
         stop = playbook("stop.yml")

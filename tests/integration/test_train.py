@@ -128,6 +128,8 @@ def test_a_busy_cluster_is_refused_and_stop_twice_changes_nothing_the_second_tim
     status = playbook("playbooks/status.yml")
     assert status.returncode == 0, status.stdout[-4000:]
     assert re.search(r"node2\s+running", status.stdout), status.stdout[-3000:]
+    # -e wait=false started the run's supervisor on the cluster: the run is watched with no terminal following it
+    assert re.search(r"watched  by its supervisor \(pid \d+ in node1's container since ", status.stdout), status.stdout
     # the master's ranks (started through docker exec) and the worker's (over sshd) have one environment
     master, worker = _rank_environ("node1", exp, 0), _rank_environ("node2", exp, 2)
     assert master["MTT_TRAIN_OPS_ENV"] == "container" and master["PYTHONPATH"], master

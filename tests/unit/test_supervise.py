@@ -71,6 +71,10 @@ def test_the_supervisor_watches_detached_and_its_result_is_read_once_the_run_end
     snapshot = supervise("read", "--run-dir", str(run_dir), "--attempt", "1")
     assert snapshot["pid"] == started["pid"] and snapshot["result"] is None
     assert snapshot["snapshot"]["state"] == "running" and snapshot["snapshot"]["nodes"]["node2"]["state"] == "running"
+    # status.yml's view: the newest watch, its supervisor, its state, since when it runs
+    seen = supervise("status", "--run-dir", str(run_dir))
+    assert seen["attempt"] == 1 and seen["pid"] == started["pid"] and seen["state"] == "running"
+    assert not seen["ended"] and seen["since"] <= time.time() and seen["events"].endswith("watch-1.events")
     saved = json.loads((run_dir / "supervisor" / "watch-1.request.json").read_text())
     assert saved["wait"] == 10**9 and saved["evidence_dir"] == str(run_dir)  # no time limit on the cluster
     (run_dir / "states").write_text(FINISHED)
@@ -93,13 +97,20 @@ def test_a_supervisor_killed_mid_watch_is_started_again_and_takes_the_watch_up(r
         time.sleep(0.2)
     dead = supervise("read", "--run-dir", str(run_dir), "--attempt", "1")
     assert dead["pid"] == 0 and dead["result"] is None
-    again = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)
-    assert again["started"] and again["pid"] != first
+    seen = supervise("status", "--run-dir", str(run_dir))  # without --take-up: only seen
+    assert seen["pid"] == 0 and seen["taken_up_from"] == 0 and not seen["ended"] and seen["state"] == "running"
+    # the next status.yml starts it again (as train.yml's follower would: both go through start)
+    again = supervise("status", "--run-dir", str(run_dir), "--take-up")
+    assert again["taken_up_from"] == first and again["pid"] not in (0, first)
     assert json.loads((run_dir / "supervisor" / "watch-1.request.json").read_text())["tail"] is True
     (run_dir / "states").write_text(FINISHED)
     lines, result = follow(run_dir)
     assert f"supervisor: its process {first} ended without a result; taking the watch up again" in lines[0]
     assert result["state"] == "finished"
+
+
+def test_a_run_without_a_supervisor_says_so(tmp_path):
+    assert supervise("status", "--run-dir", str(tmp_path), "--take-up") == {"attempt": 0, "run_dir": str(tmp_path)}
 
 
 def test_a_watch_that_cannot_go_on_ends_with_its_error_for_the_follower(run):
@@ -120,3 +131,15 @@ def test_starts_at_once_start_one_supervisor(run):
     assert sum(answer["started"] for answer in answers) == 1, answers
     (run_dir / "states").write_text(FINISHED)
     assert follow(run_dir)[1]["state"] == "finished"
+
+
+def test_a_follower_that_attaches_late_reads_the_last_lines_first(tmp_path):
+    events = tmp_path / "supervisor" / "watch-1.events"
+    events.parent.mkdir()
+    said = [json.dumps({"t": n, "line": f"line {n}"}) for n in range(30)]
+    events.write_text("\n".join(said) + '\n{"t": 30, "line": "cut sh')  # the last one is being written
+    late = supervise("read", "--run-dir", str(tmp_path), "--attempt", "1", "--offset", "-5")
+    assert late["lines"] == [f"line {n}" for n in range(25, 30)] and late["pid"] == 0 and late["result"] is None
+    # then on from where that read ended, as from any offset
+    assert late["offset"] == len("\n".join(said)) + 1
+    assert supervise("read", "--run-dir", str(tmp_path), "--attempt", "1", "--offset", "-50")["lines"][0] == "line 0"

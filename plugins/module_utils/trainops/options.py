@@ -213,8 +213,10 @@ OPTIONS: dict[str, Option] = {
            docs="docs/train.md"),
         _o("fresh", "bool", "Start anew: move the experiment's checkpoints aside instead of resuming.", ("train",),
            False, docs="docs/train.md"),
-        _o("train_wait", "float", "Seconds to watch before returning while the run goes on.", ("train",), 86400.0,
-           minimum=0.0, docs="docs/train.md"),
+        _o("train_wait", "float", "Seconds this terminal follows the run before returning while it goes on (its "
+           "supervisor watches on).", ("train", "status"), 86400.0, minimum=0.0, docs="docs/train.md"),
+        _o("follow", "bool", "status.yml: attach to each live run's supervisor and follow it until its watch ends "
+           "(or train_wait).", ("status",), False, docs="docs/train.md"),
         _o("poll_interval", "float", "Seconds between probes.", ("train",), 5.0, minimum=1.0, docs="docs/train.md"),
         _o("progress_interval", "float", "Seconds between progress lines.", ("train",), 30.0, minimum=0.0,
            docs="docs/train.md"),

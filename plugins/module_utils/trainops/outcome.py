@@ -7,6 +7,7 @@ these functions turn them into the outcome and the lines printed, so that the wo
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -133,15 +134,64 @@ def silent_nodes_text(
     return f"{named} {when_all if every else then}"
 
 
+def supervisor_text(master: str, seen: Mapping[str, Any] | None) -> str:
+    """Who watches a live run, from its supervisor's ``status`` (the node package's supervise.py) on ``master``."""
+    if not seen or not seen.get("attempt"):
+        return (
+            "nobody on the cluster: no supervisor was started for this run (train.yml -e wait=false of an older "
+            "bundle); it is judged only when status.yml or a following train.yml looks"
+        )
+    attempt, pid, events = seen["attempt"], seen.get("pid"), seen.get("events")
+    since = seen.get("since")
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else "an unknown time"
+    if seen.get("taken_up_from"):
+        return (
+            f"its supervisor, started again now (pid {pid} in {master}'s container): its process "
+            f"{seen['taken_up_from']} had ended before attempt {attempt}'s watch did; it takes the watch up from the "
+            f"logs' tail (events: {events})"
+        )
+    if pid and not seen.get("ended"):
+        return f"its supervisor (pid {pid} in {master}'s container since {when}), attempt {attempt} (events: {events})"
+    if seen.get("ended"):
+        return (
+            f"nobody: attempt {attempt}'s supervisor ended its watch ({seen.get('state')}) while ranks still run; a "
+            f"train.yml that follows the run stops and restarts them, else stop.yml ends them (events: {events})"
+        )
+    return f"nobody: attempt {attempt}'s supervisor is gone and was not started again (events: {events})"
+
+
+def followed_text(runs: Sequence[Mapping[str, Any]]) -> str:
+    """status.yml -e follow=true's last lines: per followed run (``run_dir``, ``attempt``, ``watch``: the watch's
+    result, or its result so far when train_wait ran out), how the attempt's watch ended or where it stands."""
+    lines = []
+    for run in runs:
+        watch, head = run["watch"], f"run {run['run_dir']}, attempt {run['attempt']}"
+        progress = f"; last progress: {watch['progress']}" if watch.get("progress") else ""
+        if watch.get("state") == "running":
+            lines.append(f"{head}: still running, its supervisor watches on{progress}")
+        elif watch.get("state") == "failed":
+            lines.append(
+                f"{head}: failed ({watch.get('kind')}, {watch.get('node')}): {clip(watch.get('reason') or '', 400)}"
+                f"{progress}. A train.yml that follows the run stops it and restarts it (-e max_restarts); else "
+                "stop.yml ends what is left"
+            )
+        else:
+            lines.append(f"{head}: {watch.get('state')}{progress}")
+    return "\n".join(lines)
+
+
 def status_text(runs: Sequence[Mapping[str, Any]]) -> str:
-    """status.yml's display: per live run (``run_dir``, ``watch``: the watcher's one probe), each node's state,
-    the progress, the time since the last iteration against the hang limit, and a hang diagnosed."""
+    """status.yml's display: per live run (``run_dir``, ``watch``: the watcher's one probe, ``master``,
+    ``supervisor``: its supervisor's status), who watches it, each node's state, the progress, the time since the
+    last iteration against the hang limit, and a hang diagnosed."""
     if not runs:
         return "No run of this bundle is running on any node."
     lines = []
     for run in runs:
         watch = run["watch"]
         lines.append(f"run {run['run_dir']}")
+        if "supervisor" in run:
+            lines.append(f"  watched  by {supervisor_text(run.get('master') or '', run['supervisor'])}")
         for name, node in (watch.get("nodes") or {}).items():
             detail = node.get("detail")
             shown = f"(process group {detail})" if node.get("state") == "running" else detail

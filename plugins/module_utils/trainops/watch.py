@@ -654,6 +654,7 @@ def watch(
     the cluster (trainops/node/supervise.py); the train_watch action runs it on the controller only for status.yml's
     single probe."""
     while True:
+        watcher.wall = time.time()  # the progress line a probe prints dates the last save by it
         for line in watcher.on_probe(run(watcher.probe_argv()), time.monotonic()):
             show(line)
         probed(watcher)

@@ -2,8 +2,11 @@
 from every SSH session, so that the watch does not depend on the controller that started it.
 
     python3 supervise.py start --run-dir DIR --attempt N < request.json   start the watch (or find it running)
-    python3 supervise.py read --run-dir DIR --attempt N --offset BYTES [--wait S]   what it said since BYTES
+    python3 supervise.py read --run-dir DIR --attempt N --offset BYTES [--wait S]   what it said since BYTES (-L: its
+                                                                                     last L lines)
     python3 supervise.py evidence --run-dir DIR                           a hang's evidence files, as JSON
+    python3 supervise.py status --run-dir DIR [--take-up]                  the newest watch, as JSON; --take-up starts
+                                                                          its supervisor again when it died unfinished
 
 The watch is the core's (:func:`trainops.watch.watch` over a :class:`trainops.watch.Watcher`): the run's probe.sh,
 diagnose.sh and the checkpoint scanner run here, in this container, and reach the other nodes over the containers'
@@ -29,6 +32,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -183,11 +187,34 @@ def start(run_dir: str, attempt: int, request_text: str) -> dict[str, object]:
     return {"pid": started, "started": True, "ended": False}
 
 
+def tail_offset(path: str, count: int) -> int:
+    """Where the last ``count`` whole lines of ``path`` begin (within its last 1 MiB; 0 for a shorter file)."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            start = max(0, size - (1 << 20))
+            handle.seek(start)
+            text = handle.read()
+    except OSError:
+        return 0
+    end = text.rfind(b"\n") + 1  # a line being written is not counted
+    cut = end
+    for _ in range(count):
+        cut = text.rfind(b"\n", 0, cut - 1) + 1 if cut > 0 else 0
+        if cut == 0:
+            break
+    if cut == 0 and start > 0:  # the 1 MiB began inside a line: begin at the first whole one
+        cut = text.find(b"\n") + 1
+    return start + cut
+
+
 def read(run_dir: str, attempt: int, offset: int, wait: float) -> dict[str, object]:
-    """The events after ``offset`` (whole lines), whether the supervisor lives, and the result once there is one;
-    waits up to ``wait`` seconds for something new."""
+    """The events after ``offset`` (whole lines; a negative offset: the last -offset lines), whether the
+    supervisor lives, and the result once there is one; waits up to ``wait`` seconds for something new."""
     files = paths(run_dir, attempt)
     deadline = time.monotonic() + wait
+    if offset < 0:  # a follower that attaches late (status.yml -e follow=true): the last -offset lines first
+        offset = tail_offset(files["events"], -offset)
     while True:
         result = read_json(files["result.json"])
         try:
@@ -210,6 +237,64 @@ def read(run_dir: str, attempt: int, offset: int, wait: float) -> dict[str, obje
             "result": result, "snapshot": read_json(files["snapshot.json"]) if result is None else None}  # fmt: skip
 
 
+def newest_attempt(run_dir: str) -> int:
+    """The newest attempt with a watch request under ``DIR/supervisor/`` (0: the run never had a supervisor)."""
+    try:
+        names = os.listdir(os.path.join(run_dir, "supervisor"))
+    except OSError:
+        return 0
+    found = [re.fullmatch(r"watch-(\d+)\.request\.json", name) for name in names]
+    return max((int(match.group(1)) for match in found if match), default=0)
+
+
+def last_lines(path: str, count: int = 3) -> list[str]:
+    """The last ``count`` lines the supervisor said (from the events' last 64 KiB)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - (1 << 16)))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    lines = []
+    for row in text.splitlines():
+        try:
+            lines.append(json.loads(row)["line"])
+        except (ValueError, KeyError, TypeError):  # a row the tail cut, or one cut short
+            continue
+    return lines[-count:]
+
+
+def status(run_dir: str, take_up: bool) -> dict[str, object]:
+    """The newest watch of the run: its attempt, the supervisor's pid (0: gone), since when it runs, whether the
+    watch ended, its state (the result's, else the snapshot's), its last lines. With ``take_up``, a supervisor
+    found dead before its watch ended is started again (``taken_up_from``: the pid that died); it takes the watch
+    up from the logs' tail, as when train.yml's follower finds it dead."""
+    attempt = newest_attempt(run_dir)
+    if not attempt:
+        return {"attempt": 0, "run_dir": run_dir}
+    files = paths(run_dir, attempt)
+    pid, result = alive(files), read_json(files["result.json"])
+    answer: dict[str, object] = {"attempt": attempt, "run_dir": run_dir, "pid": pid, "taken_up_from": 0}
+    if take_up and result is None and not pid:
+        with open(files["request.json"], encoding="utf-8") as handle:
+            request_text = handle.read()
+        answer["taken_up_from"] = recorded_pid(files)
+        answer["pid"] = start(run_dir, attempt, request_text)["pid"]
+    try:
+        since = os.stat(files["pid"]).st_mtime
+    except OSError:
+        since = None
+    shown = result if isinstance(result, dict) else read_json(files["snapshot.json"])
+    answer.update(
+        since=since,
+        ended=result is not None,
+        state=(shown or {}).get("state") or ("error" if isinstance(result, dict) and "error" in result else None),
+        events=files["events"],
+        last=last_lines(files["events"]),
+    )
+    return answer
+
+
 def evidence(run_dir: str) -> dict[str, str]:
     root = os.path.join(run_dir, "hang")
     found = {}
@@ -224,19 +309,23 @@ def evidence(run_dir: str) -> dict[str, str]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("start", "read", "evidence"):
+    for name in ("start", "read", "evidence", "status"):
         sub = commands.add_parser(name)
         sub.add_argument("--run-dir", required=True, help="the run's directory in this container")
-        if name != "evidence":
+        if name in ("start", "read"):
             sub.add_argument("--attempt", type=int, required=True, help="the attempt's number")
+        if name == "status":
+            sub.add_argument("--take-up", action="store_true", help="start a supervisor that died unfinished again")
         if name == "read":
-            sub.add_argument("--offset", type=int, default=0, help="bytes of the events already read")
+            sub.add_argument("--offset", type=int, default=0, help="bytes already read; -L: the last L lines")
             sub.add_argument("--wait", type=float, default=0.0, help="seconds to wait for something new")
     args = parser.parse_args(argv)
     if args.command == "start":
         answer = start(args.run_dir, args.attempt, sys.stdin.read())
     elif args.command == "read":
         answer = read(args.run_dir, args.attempt, args.offset, args.wait)
+    elif args.command == "status":
+        answer = status(args.run_dir, args.take_up)
     else:
         answer = evidence(args.run_dir)
     print(json.dumps(answer))
