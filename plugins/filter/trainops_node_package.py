@@ -9,6 +9,7 @@ _CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
+from ansible.errors import AnsibleFilterError  # noqa: E402
 from trainops import node_package  # noqa: E402
 
 
@@ -28,8 +29,12 @@ def package(project_dir: str) -> dict[str, object]:
     }
 
 
-def archive(project_dir: str) -> str:
-    return node_package.archive(package_dir(project_dir))
+def archive(project_dir: str, version: str | None = None) -> str:
+    """The package's archive, refused when its files no longer hash to ``version`` (pinned by inputs.yml)."""
+    try:
+        return node_package.archive(package_dir(project_dir), version)
+    except node_package.PackageChanged as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

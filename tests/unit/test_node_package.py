@@ -14,6 +14,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 from trainops import node_package
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +65,10 @@ def test_the_version_follows_the_contents_and_names_not_times(tmp_path):
     assert node_package.version(str(copy)) != version
     assert node_package.archive(str(copy)) != node_package.archive(str(PACKAGE))
     assert node_package.archive(str(PACKAGE)) == node_package.archive(str(PACKAGE))
+    # the archive of a playbook that pinned the version before the edit is refused, naming both versions
+    assert node_package.archive(str(copy), node_package.version(str(copy))) == node_package.archive(str(copy))
+    with pytest.raises(node_package.PackageChanged, match=f"version {version} when it began, [0-9a-f]{{12}} now"):
+        node_package.archive(str(copy), version)
 
 
 def test_installs_once_per_version_checks_it_and_points_current_at_it(tmp_path):

@@ -4,6 +4,7 @@ prints what the test writes (the nodes' launch states), on this machine's proces
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -143,3 +144,41 @@ def test_a_follower_that_attaches_late_reads_the_last_lines_first(tmp_path):
     # then on from where that read ended, as from any offset
     assert late["offset"] == len("\n".join(said)) + 1
     assert supervise("read", "--run-dir", str(tmp_path), "--attempt", "1", "--offset", "-50")["lines"][0] == "line 0"
+
+
+def test_the_events_rotate_and_a_follower_reads_on_across_the_rotation(tmp_path):
+    spec = importlib.util.spec_from_file_location("supervise_program", PROGRAMS / "supervise.py")
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    files = program.paths(str(tmp_path), 1)
+    Path(files["events"]).parent.mkdir()
+    log = program.EventLog(files["events"], limit=400)
+    read, offset = [], 0
+    for n in range(40):  # about 45 bytes a line: a rotation every 9 lines
+        log.say(f"line {n}")
+        if n % 4 == 3:  # a follower that reads now and then, and so sees several rotations
+            answer = program.read(str(tmp_path), 1, offset, 0)
+            read, offset = read + answer["lines"], answer["offset"]
+    answer = program.read(str(tmp_path), 1, offset, 0)
+    assert read + answer["lines"] == [f"line {n}" for n in range(40)]
+    # two files, each under the limit and a line: the rest was dropped
+    sizes = [os.path.getsize(files["events"]), os.path.getsize(files["events"] + ".1")]
+    assert all(size < 400 + 50 for size in sizes) and not os.path.exists(files["events"] + ".2")
+    # a follower that fell behind by more than the two files is told, and goes on with what is kept
+    late = program.read(str(tmp_path), 1, 0, 0)
+    kept = [json.loads(row)["line"] for row in Path(files["events"] + ".1").read_text().splitlines() if "line" in row]
+    assert late["lines"][0].startswith("supervisor: ") and "rotated out" in late["lines"][0]
+    assert late["lines"][1:] == kept and kept[0] != "line 0"
+    # a follower that attaches late gets the last lines, from the rotated file too when the current one is new
+    held = kept + [json.loads(row)["line"] for row in Path(files["events"]).read_text().splitlines() if "line" in row]
+    for count in (1, 2, 5, len(held) + 3):
+        attached = program.read(str(tmp_path), 1, -count, 0)
+        lines, at = attached["lines"], attached["offset"]
+        while more := program.read(str(tmp_path), 1, at, 0)["lines"]:  # the rest of the rotated file, read on
+            lines, at = lines + more, program.read(str(tmp_path), 1, at, 0)["offset"]
+        assert lines == held[-count:], count
+    # a supervisor taken up goes on with the same sequence of bytes (its base from the file's header)
+    again = program.EventLog(files["events"], limit=400)
+    assert again.base == log.base and again.size == log.size
+    again.say("line 40")
+    assert program.read(str(tmp_path), 1, answer["offset"], 0)["lines"] == ["line 40"]

@@ -50,18 +50,31 @@ def version(package_dir: str) -> str:
     return digest.hexdigest()[:12]
 
 
-def archive(package_dir: str) -> str:
-    """The package as a gzipped tar, base64 text (what the installer reads on stdin); the same bytes each time."""
+def archive(package_dir: str, expected: str | None = None) -> str:
+    """The package as a gzipped tar, base64 text (what the installer reads on stdin); the same bytes each time.
+    With ``expected`` (the version pinned when the playbook began), files that no longer hash to it are refused
+    (:class:`PackageChanged`): the checkout was edited meanwhile."""
     parent = os.path.dirname(os.path.abspath(package_dir))
-    buffer = io.BytesIO()
+    buffer, digest = io.BytesIO(), hashlib.sha256()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=9) as tar:
         for name in files(package_dir):
             with open(os.path.join(parent, name), "rb") as handle:
                 data = handle.read()
+            digest.update(name.encode() + b"\0" + data + b"\0")
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
+    if expected is not None and digest.hexdigest()[:12] != expected:
+        raise PackageChanged(
+            f"the checkout's node package changed while this playbook ran (version {expected} when it began, "
+            f"{digest.hexdigest()[:12]} now: its files under {package_dir} were edited): nothing was installed; "
+            "run the playbook again"
+        )
     return base64.b64encode(buffer.getvalue()).decode()
+
+
+class PackageChanged(ValueError):
+    """The checkout's package is no longer the version pinned for this playbook."""
 
 
 def programs_dir(package_version: str, root: str = ROOT) -> str:

@@ -16,7 +16,8 @@ sshd as they always have; a node is called lost only when they cannot reach it. 
     watch-N.request.json   the watch's request (trainops.watch.WatchRequest), as train.yml's action sent it
     watch-N.pid            the supervisor's process id (its own session, no terminal, no run mark)
     watch-N.lock           held (flock) by the supervisor for as long as it lives: it runs when the lock is taken
-    watch-N.events         what it says, one JSON line each: {"t": wall clock, "line": text}
+    watch-N.events         what it says, one JSON line each: {"t": wall clock, "line": text}; rotated to
+                           watch-N.events.1 past 4 MiB (the follower's offsets stay valid: EventLog)
     watch-N.snapshot.json  the watch's result so far, written after every probe (state running)
     watch-N.result.json    the watch's result once it has ended (or {"error": ...} when the watch itself failed)
     watch-N.log            its own errors (a traceback, should it die of one)
@@ -45,6 +46,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 COMMAND_TIMEOUT_S = 300
 #: The watch has no time limit on the cluster (train_wait bounds only how long a terminal follows it).
 UNBOUNDED_S = 10**9
+#: Bytes of events after which the file is rotated (:class:`EventLog`): about 4 days of a run's lines at the
+#: default progress_interval of 30 s.
+EVENTS_LIMIT = 4 << 20
 
 
 def paths(run_dir: str, attempt: int) -> dict[str, str]:
@@ -104,20 +108,49 @@ def run_here(argv: list[str], stdin: str | None = None) -> dict[str, object]:
     return reply
 
 
+def base_of(path: str) -> int:
+    """Where an events file begins in the watch's one sequence of bytes: its header's ``base`` (a file begun by a
+    rotation), else 0 (the first file)."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(256)
+        return int(json.loads(first)["base"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+class EventLog:
+    """The supervisor's events, appended a whole line at a time. Past ``limit`` bytes the file is rotated: it
+    becomes ``<events>.1`` (the one before is dropped) and a new file begins with a header ``{"base": B}``, B being
+    where it begins in the watch's one sequence of bytes, so that a follower's offset stays valid across rotations
+    (:func:`read`). The files of a watch of weeks stay under twice ``limit``."""
+
+    def __init__(self, path: str, limit: int = EVENTS_LIMIT) -> None:
+        self.path, self.limit = path, limit
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.base = base_of(path)
+        if self.size:  # a line cut short by a supervisor killed mid-write ends here
+            with open(path, "rb") as handle:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    self.size += os.write(self.fd, b"\n")
+
+    def say(self, line: str) -> None:
+        self.size += os.write(self.fd, (json.dumps({"t": round(time.time(), 3), "line": line}) + "\n").encode())
+        if self.size >= self.limit:
+            self.base += self.size
+            os.replace(self.path, f"{self.path}.1")
+            os.close(self.fd)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.size = os.write(self.fd, (json.dumps({"base": self.base}) + "\n").encode())
+
+
 def supervise(files: dict[str, str], taken_up_from: int) -> None:
     """The detached process: the whole watch, its lines to the events, its result to the result file."""
     from trainops.watch import ProbeError, Watcher, WatchRequest, watch
 
-    events = os.open(files["events"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    if os.fstat(events).st_size:  # a line cut short by a supervisor killed mid-write ends here
-        with open(files["events"], "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            if handle.read(1) != b"\n":
-                os.write(events, b"\n")
-
-    def say(line: str) -> None:  # one write of a whole line, appended
-        os.write(events, (json.dumps({"t": round(time.time(), 3), "line": line}) + "\n").encode())
-
+    say = EventLog(files["events"]).say
     request = WatchRequest(**read_json(files["request.json"]))
     if taken_up_from:
         say(f"supervisor: its process {taken_up_from} ended without a result; taking the watch up again (pid "
@@ -208,26 +241,64 @@ def tail_offset(path: str, count: int) -> int:
     return start + cut
 
 
+def attach_offset(path: str, count: int) -> int:
+    """Where the last ``count`` lines of the watch's events begin, in the rotated file too when the current one,
+    just begun, holds fewer."""
+    base, local = base_of(path), tail_offset(path, count)
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(local)
+            held = handle.read().count(b"\n") - (1 if base and local == 0 else 0)  # the header is no line
+    except OSError:
+        held = 0
+    older = f"{path}.1"
+    if held < count and base and os.path.exists(older):
+        return base_of(older) + tail_offset(older, count - held)
+    return base + local
+
+
+def events_after(path: str, offset: int) -> tuple[bytes, int, int]:
+    """The whole lines after ``offset`` in the watch's sequence of events (:class:`EventLog`): from the rotated
+    file while the offset is in it, else from the current one; returns them, the offset they begin at, and the
+    bytes skipped (rotated out before they were read)."""
+    base, skipped = base_of(path), 0
+    if offset < base:
+        older = f"{path}.1"
+        older_base = base_of(older) if os.path.exists(older) else base
+        if offset < older_base:  # older than the files kept: on from the oldest kept line
+            skipped, offset = older_base - offset, older_base
+        whole = _whole_lines(older, offset - older_base) if offset < base else b""
+        if whole:
+            return whole, offset, skipped
+        offset = base  # the rotated file read to its end: on in the current one
+    return _whole_lines(path, offset - base), offset, skipped
+
+
+def _whole_lines(path: str, at: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(at)
+            chunk = handle.read(1 << 20)
+    except OSError:
+        return b""
+    return chunk[: chunk.rfind(b"\n") + 1]
+
+
 def read(run_dir: str, attempt: int, offset: int, wait: float) -> dict[str, object]:
     """The events after ``offset`` (whole lines; a negative offset: the last -offset lines), whether the
     supervisor lives, and the result once there is one; waits up to ``wait`` seconds for something new."""
     files = paths(run_dir, attempt)
     deadline = time.monotonic() + wait
     if offset < 0:  # a follower that attaches late (status.yml -e follow=true): the last -offset lines first
-        offset = tail_offset(files["events"], -offset)
+        offset = attach_offset(files["events"], -offset)
     while True:
         result = read_json(files["result.json"])
-        try:
-            with open(files["events"], "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read(1 << 20)
-        except OSError:
-            chunk = b""
-        whole = chunk[: chunk.rfind(b"\n") + 1]
+        whole, start, skipped = events_after(files["events"], offset)
         if whole or result is not None or time.monotonic() >= deadline:
             break
         time.sleep(0.2)
-    lines = []
+    lines = [f"supervisor: {skipped} bytes of its older lines were rotated out before this read"] if skipped else []
+    offset = start
     for text in whole.decode("utf-8", "replace").splitlines():
         try:
             lines.append(json.loads(text)["line"])
