@@ -126,7 +126,7 @@ class ActionModule(ActionBase):
                 if detach:
                     if not started:
                         display.warning(f"{master}: the run's supervisor could not be started ({_why(reply)}); the "
-                                        "run goes on unwatched until status.yml -e follow=true starts one")  # fmt: skip
+                                        "run goes on unwatched: status.yml -e follow=true starts one")  # fmt: skip
                     elif reply.get("failed"):
                         raise AnsibleActionFail(f"{master}: the run's supervisor ({supervise}) failed to start: "
                                                 f"{_why(reply, 1000)}")  # fmt: skip
@@ -188,13 +188,15 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec=dict(WatchRequest.argument_spec(), **DETACH))
         detach = args.pop("detach")
         request = WatchRequest.from_args(args, [name for name in self._task.args if name not in DETACH])
-        if request.wait == 0:  # status.yml: one probe, from here
+        if detach:  # train.yml -e wait=false: the supervisor started, whatever train_wait says
+            watched = self._follow(request, detach)
+        elif request.wait == 0:  # status.yml: one probe, from here
             try:
                 watched = watch(Watcher(request, time.monotonic()), self._runner(request.container), display.display)
             except ProbeError as exc:
                 raise AnsibleActionFail(str(exc)) from exc
         else:
-            watched = self._follow(request, detach)
+            watched = self._follow(request)
             if "error" in watched:
                 raise AnsibleActionFail(watched["error"])
             if (watched.get("hang") or {}).get("evidence") and request.evidence_dir:

@@ -4,6 +4,7 @@ prints what the test writes (the nodes' launch states), on this machine's proces
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -146,10 +147,15 @@ def test_a_follower_that_attaches_late_reads_the_last_lines_first(tmp_path):
     assert supervise("read", "--run-dir", str(tmp_path), "--attempt", "1", "--offset", "-50")["lines"][0] == "line 0"
 
 
-def test_the_events_rotate_and_a_follower_reads_on_across_the_rotation(tmp_path):
+def load_program():
     spec = importlib.util.spec_from_file_location("supervise_program", PROGRAMS / "supervise.py")
     program = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(program)
+    return program
+
+
+def test_the_events_rotate_and_a_follower_reads_on_across_the_rotation(tmp_path):
+    program = load_program()
     files = program.paths(str(tmp_path), 1)
     Path(files["events"]).parent.mkdir()
     log = program.EventLog(files["events"], limit=400)
@@ -182,3 +188,68 @@ def test_the_events_rotate_and_a_follower_reads_on_across_the_rotation(tmp_path)
     assert again.base == log.base and again.size == log.size
     again.say("line 40")
     assert program.read(str(tmp_path), 1, answer["offset"], 0)["lines"] == ["line 40"]
+
+
+def test_a_supervisor_killed_mid_rotation_leaves_what_the_next_one_finishes(tmp_path):
+    program = load_program()
+    events = str(tmp_path / "watch-1.events")
+    log = program.EventLog(events, limit=300)
+    for n in range(8):
+        log.say(f"line {n}")
+    base, size = log.base, log.size
+    assert program.read(str(tmp_path / "nowhere"), 1, 0, 0)["lines"] == []  # a watch not begun reads as empty
+    # killed after the new file was written, before it was renamed into place: the next one renames it
+    os.replace(events, events + ".1")
+    Path(events + ".new").write_text(json.dumps({"base": base + size}) + "\n")
+    again = program.EventLog(events, limit=300)
+    assert again.base == base + size and not os.path.exists(events + ".new")
+    # killed before the new file was written: the next one begins it where the rotated file ends
+    os.remove(events)
+    third = program.EventLog(events, limit=300)
+    assert third.base == program.base_of(events + ".1") + os.path.getsize(events + ".1")
+
+
+def test_a_follower_reading_while_the_supervisor_writes_and_rotates_misses_and_repeats_nothing(tmp_path):
+    program = load_program()
+    files = program.paths(str(tmp_path), 1)
+    Path(files["events"]).parent.mkdir()
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('s', {str(PROGRAMS / 'supervise.py')!r})\n"
+        "s = importlib.util.module_from_spec(spec); spec.loader.exec_module(s)\n"
+        f"log = s.EventLog({files['events']!r}, limit=3000)\n"
+        "import time\n"
+        "for n in range(1500): log.say(f'line {n}'); time.sleep(0.002)\n"
+    )])  # fmt: skip
+    lines, offset = [], 0
+    while writer.poll() is None or len(lines) < 1500:
+        answer = program.read(str(tmp_path), 1, offset, 0)
+        lines, offset = lines + answer["lines"], answer["offset"]
+        if writer.poll() is not None and not answer["lines"]:
+            break
+    assert writer.returncode == 0
+    assert lines == [f"line {n}" for n in range(1500)]  # about 25 rotations, read across as they came
+
+
+def test_status_takes_a_dead_supervisor_up_while_a_reader_looks_and_names_an_unwatched_attempt(run):
+    run_dir, request = run
+    first = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)["pid"]
+    time.sleep(1.5)
+    os.kill(first, signal.SIGKILL)
+    files = load_program().paths(str(run_dir), 1)
+    deadline = time.monotonic() + 10
+    while supervise("read", "--run-dir", str(run_dir), "--attempt", "1")["pid"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # a reader's look holds the supervisor's lock shared for a moment: the take-up waits for it, not gives up
+    with open(files["lock"], "a") as held:
+        fcntl.flock(held, fcntl.LOCK_SH)
+        taking = subprocess.Popen([sys.executable, str(PROGRAMS / "supervise.py"), "status", "--run-dir",
+                                   str(run_dir), "--take-up"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(1)
+    answer = json.loads(taking.communicate(timeout=60)[0])
+    assert answer["taken_up_from"] == first and answer["pid"] not in (0, first), answer
+    # the ranks' attempt 2 (attempt 1's logs set aside) was launched by a train.yml that died before its watch
+    (run_dir / "attempt-1").mkdir()
+    seen = supervise("status", "--run-dir", str(run_dir), "--take-up")
+    assert seen["attempt"] == 2 and seen["unwatched"] and seen["pid"] == 0
+    (run_dir / "states").write_text(FINISHED)

@@ -142,6 +142,11 @@ def supervisor_text(master: str, seen: Mapping[str, Any] | None) -> str:
             "bundle); it is judged only when status.yml or a following train.yml looks"
         )
     attempt, pid, events = seen["attempt"], seen.get("pid"), seen.get("events")
+    if seen.get("unwatched"):
+        return (
+            f"nobody: attempt {attempt} has no supervisor (the train.yml that launched it stopped before it started "
+            "one); status.yml -e follow=true starts one, which warns of a hang"
+        )
     since = seen.get("since")
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else "an unknown time"
     if seen.get("taken_up_from"):

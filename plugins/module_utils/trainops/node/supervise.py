@@ -30,6 +30,7 @@ events. Every file is written whole and renamed into place, or appended a line a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
@@ -119,15 +120,41 @@ def base_of(path: str) -> int:
         return 0
 
 
+@contextlib.contextmanager
+def events_locked(path: str, exclusive: bool):
+    """The events' rotation lock (``<events>.lock``): held exclusively while the file is rotated, shared while a
+    reader finds where its offset lies, so that no reader sees one file's base with another's lines."""
+    try:
+        fd = os.open(f"{path}.lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError:
+        if exclusive:
+            raise
+        yield  # a reader of a watch that has no directory yet: nothing to rotate under it
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
 class EventLog:
     """The supervisor's events, appended a whole line at a time. Past ``limit`` bytes the file is rotated: it
     becomes ``<events>.1`` (the one before is dropped) and a new file begins with a header ``{"base": B}``, B being
     where it begins in the watch's one sequence of bytes, so that a follower's offset stays valid across rotations
-    (:func:`read`). The files of a watch of weeks stay under twice ``limit``."""
+    (:func:`read`). The new file is written whole beside it (``<events>.new``) and renamed into place, under the
+    rotation lock; a supervisor killed mid-rotation leaves what the next one finishes. The files of a watch of weeks
+    stay under twice ``limit``."""
 
     def __init__(self, path: str, limit: int = EVENTS_LIMIT) -> None:
         self.path, self.limit = path, limit
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        with events_locked(path, exclusive=True):
+            if not os.path.exists(path) and os.path.exists(f"{path}.new"):  # killed between the two renames
+                os.replace(f"{path}.new", path)
+            elif not os.path.exists(path) and os.path.exists(f"{path}.1"):  # killed before the new file was made
+                older = f"{path}.1"
+                self._begin(base_of(older) + os.path.getsize(older))
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.base = base_of(path)
         if self.size:  # a line cut short by a supervisor killed mid-write ends here
@@ -136,14 +163,22 @@ class EventLog:
                 if handle.read(1) != b"\n":
                     self.size += os.write(self.fd, b"\n")
 
+    def _begin(self, base: int) -> None:
+        """The next file, with its header, written beside the current one and renamed into place."""
+        with open(f"{self.path}.new", "wb") as handle:
+            handle.write((json.dumps({"base": base}) + "\n").encode())
+        if os.path.exists(self.path):
+            os.replace(self.path, f"{self.path}.1")
+        os.replace(f"{self.path}.new", self.path)
+
     def say(self, line: str) -> None:
         self.size += os.write(self.fd, (json.dumps({"t": round(time.time(), 3), "line": line}) + "\n").encode())
         if self.size >= self.limit:
-            self.base += self.size
-            os.replace(self.path, f"{self.path}.1")
-            os.close(self.fd)
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self.size = os.write(self.fd, (json.dumps({"base": self.base}) + "\n").encode())
+            with events_locked(self.path, exclusive=True):
+                self._begin(self.base + self.size)
+                os.close(self.fd)
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self.base, self.size = base_of(self.path), os.fstat(self.fd).st_size
 
 
 def supervise(files: dict[str, str], taken_up_from: int) -> None:
@@ -226,17 +261,19 @@ def tail_offset(path: str, count: int) -> int:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             start = max(0, size - (1 << 20))
-            handle.seek(start)
+            handle.seek(max(0, start - 1))
             text = handle.read()
     except OSError:
         return 0
+    on_a_line = start == 0 or text[:1] == b"\n"  # the window begins a line (the byte before it ends one)
+    text = text[1:] if start > 0 else text
     end = text.rfind(b"\n") + 1  # a line being written is not counted
     cut = end
     for _ in range(count):
         cut = text.rfind(b"\n", 0, cut - 1) + 1 if cut > 0 else 0
         if cut == 0:
             break
-    if cut == 0 and start > 0:  # the 1 MiB began inside a line: begin at the first whole one
+    if cut == 0 and not on_a_line:  # the 1 MiB began inside a line: begin at the first whole one
         cut = text.find(b"\n") + 1
     return start + cut
 
@@ -290,10 +327,12 @@ def read(run_dir: str, attempt: int, offset: int, wait: float) -> dict[str, obje
     files = paths(run_dir, attempt)
     deadline = time.monotonic() + wait
     if offset < 0:  # a follower that attaches late (status.yml -e follow=true): the last -offset lines first
-        offset = attach_offset(files["events"], -offset)
+        with events_locked(files["events"], exclusive=False):
+            offset = attach_offset(files["events"], -offset)
     while True:
         result = read_json(files["result.json"])
-        whole, start, skipped = events_after(files["events"], offset)
+        with events_locked(files["events"], exclusive=False):
+            whole, start, skipped = events_after(files["events"], offset)
         if whole or result is not None or time.monotonic() >= deadline:
             break
         time.sleep(0.2)
@@ -335,22 +374,47 @@ def last_lines(path: str, count: int = 3) -> list[str]:
     return lines[-count:]
 
 
+def live_attempt(run_dir: str) -> int:
+    """The attempt the run's ranks belong to: the one after the last set aside (``DIR/attempt-K``), else 1."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return 1
+    found = [re.fullmatch(r"attempt-(\d+)", name) for name in names]
+    return 1 + max((int(match.group(1)) for match in found if match), default=0)
+
+
 def status(run_dir: str, take_up: bool) -> dict[str, object]:
-    """The newest watch of the run: its attempt, the supervisor's pid (0: gone), since when it runs, whether the
-    watch ended, its state (the result's, else the snapshot's), its last lines. With ``take_up``, a supervisor
-    found dead before its watch ended is started again (``taken_up_from``: the pid that died); it takes the watch
-    up from the logs' tail, as when train.yml's follower finds it dead."""
+    """The run's current watch: its attempt, the supervisor's pid (0: gone), since when it runs, whether the watch
+    ended, its state (the result's, else the snapshot's), its last lines; ``unwatched`` when the attempt the ranks
+    belong to has no watch (the train.yml that launched it stopped before it started one). With ``take_up``, a
+    supervisor found dead before its watch ended is started again (``taken_up_from``: the pid that died); it takes
+    the watch up from the logs' tail, as when train.yml's follower finds it dead."""
     attempt = newest_attempt(run_dir)
     if not attempt:
         return {"attempt": 0, "run_dir": run_dir}
+    live = live_attempt(run_dir)
+    if live > attempt:
+        return {"attempt": live, "run_dir": run_dir, "pid": 0, "taken_up_from": 0, "unwatched": True}
     files = paths(run_dir, attempt)
     pid, result = alive(files), read_json(files["result.json"])
     answer: dict[str, object] = {"attempt": attempt, "run_dir": run_dir, "pid": pid, "taken_up_from": 0}
     if take_up and result is None and not pid:
+        dead = recorded_pid(files)
         with open(files["request.json"], encoding="utf-8") as handle:
             request_text = handle.read()
-        answer["taken_up_from"] = recorded_pid(files)
-        answer["pid"] = start(run_dir, attempt, request_text)["pid"]
+        for _ in range(25):  # the lock may be held a moment by a reader's look, or by another start
+            began = start(run_dir, attempt, request_text)
+            if began["started"]:
+                answer.update(pid=began["pid"], taken_up_from=dead)
+                break
+            if began["ended"]:
+                break
+            if alive(files):  # another (train.yml's follower) started it meanwhile
+                answer["pid"] = recorded_pid(files)
+                break
+            time.sleep(0.2)
+        result = read_json(files["result.json"])
     try:
         since = os.stat(files["pid"]).st_mtime
     except OSError:
