@@ -17,7 +17,8 @@ sshd as they always have; a node is called lost only when they cannot reach it. 
     watch-N.pid            the supervisor's process id (its own session, no terminal, no run mark)
     watch-N.lock           held (flock) by the supervisor for as long as it lives: it runs when the lock is taken
     watch-N.events         what it says, one JSON line each: {"t": wall clock, "line": text}; rotated to
-                           watch-N.events.1 past 4 MiB (the follower's offsets stay valid: EventLog)
+                           watch-N.events.1 past 4 MiB (the follower's offsets stay valid: EventLog), under
+                           watch-N.events.lock
     watch-N.snapshot.json  the watch's result so far, written after every probe (state running)
     watch-N.result.json    the watch's result once it has ended (or {"error": ...} when the watch itself failed)
     watch-N.log            its own errors (a traceback, should it die of one)
