@@ -19,9 +19,11 @@ from trainops import identity as identity_core  # noqa: E402
 from trainops import incidents as incidents_core  # noqa: E402
 from trainops import invocation as invocation_core  # noqa: E402
 from trainops import outcome as outcome_core  # noqa: E402
+from trainops import run_record as run_record_core  # noqa: E402
 from trainops import run_report as run_report_core  # noqa: E402
 from trainops import watch as watch_core  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
+from trainops.records import RecordError  # noqa: E402
 
 display = Display()
 
@@ -83,6 +85,14 @@ def followed_text(followed: Sequence[Mapping[str, Any]]) -> str:
     return outcome_core.followed_text(runs)
 
 
+def run_record(run_dir: str) -> dict[str, Any]:
+    """The record of a train.yml run (trainops.run_record: ``<run_dir>/run.json``); {} before one is written."""
+    try:
+        return run_record_core.read(run_dir)
+    except RecordError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def left_out(runs_dir: str, options: Mapping[str, Any], given: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The nodes the site's incident record leaves out of a new run (trainops.incidents), each with why (the
     command that clears one carries ``given``'s -i: trainops_invocation)."""
@@ -116,6 +126,7 @@ class FilterModule:
             "trainops_left_out": left_out,
             "trainops_incident_line": incidents_core.line,
             "trainops_report_run": report_run,
+            "trainops_run_record": run_record,
             "trainops_new_run_id": identity_core.new_run_id,
             "trainops_claim_run_dir": identity_core.claim_run_dir,
         }
