@@ -398,8 +398,12 @@ def test_a_run_directory_is_claimed_once(tmp_path):
     assert refused.startswith("train.yml: run id r1 names an earlier run of exp on this controller")
     assert "Leave -e run_id out" in refused and "resumes from its checkpoints" in refused
     assert "claimed by a run refused before it wrote anything: remove the empty" in refused  # r1 holds nothing
+    (tmp_path / "exp" / "r1" / "run.json").write_text("{}")  # the record of a train.yml refused before its launch
+    assert "refused before its launch, which left only its record: remove" in identity.claim_run_dir(
+        str(tmp_path), "exp", "r1", "train.yml", True
+    )
     (tmp_path / "exp" / "r1" / "plan").mkdir()
-    assert "refused before it wrote" not in identity.claim_run_dir(str(tmp_path), "exp", "r1", "train.yml", True)
+    assert "refused before" not in identity.claim_run_dir(str(tmp_path), "exp", "r1", "train.yml", True)
     generated = identity.claim_run_dir(str(tmp_path), "exp", "r1", "plan.yml", False)
     assert "Run it again" in generated and "resumes" not in generated
     (tmp_path / "file").write_text("")

@@ -353,10 +353,16 @@ def claim_run_dir(runs_dir: str, exp: str, run_id: str, playbook: str, given: bo
             if given
             else "Run it again: the generated id met another run's started in the same second"
         )
-        if given and os.path.isdir(run_dir) and not os.listdir(run_dir):
+        held = set(os.listdir(run_dir)) if os.path.isdir(run_dir) else None
+        if given and held == set():
             fix += (
                 f" (this one was claimed by a run refused before it wrote anything: remove the empty {run_dir} "
                 "to use the id again)"
+            )
+        elif given and held is not None and held <= {"run.json", "events.jsonl", ".run.lock"}:
+            fix += (
+                f" (this one was claimed by a run refused before its launch, which left only its record: remove "
+                f"{run_dir} to use the id again)"
             )
         resume = "; the experiment resumes from its checkpoints with any run id" if playbook == "train.yml" else ""
         return records.printable(

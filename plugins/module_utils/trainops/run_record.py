@@ -13,6 +13,7 @@ and no play reads another host's facts for it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from . import records
 
 RECORD_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
+LOCK_FILE = ".run.lock"
 #: What the record holds. ``left_out`` only grows: a change adds nodes to it (with why), never removes one.
 KEYS = {
     "started": "the run's start, in seconds since the epoch",
@@ -51,11 +53,13 @@ def update(run_dir: str, changes: Mapping[str, Any], event: str, now: float | No
     unknown = sorted(set(changes) - set(KEYS))
     if unknown:
         raise RunRecordError(f"the run's record holds no {', '.join(unknown)} (it holds {', '.join(KEYS)})")
-    record = read(run_dir)
-    for key, value in changes.items():
-        record[key] = dict(record.get("left_out") or {}, **value) if key == "left_out" else value
     os.makedirs(run_dir, exist_ok=True)
-    records.write_json(os.path.join(run_dir, RECORD_FILE), record)
+    with open(os.path.join(run_dir, LOCK_FILE), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two changes at once: the second reads what the first wrote
+        record = read(run_dir)
+        for key, value in changes.items():
+            record[key] = dict(record.get("left_out") or {}, **(value or {})) if key == "left_out" else value
+        records.write_json(os.path.join(run_dir, RECORD_FILE), record)
     when = time.time() if now is None else now
     records.append_jsonl(os.path.join(run_dir, EVENTS_FILE), [{"t": round(when, 3), "event": event,
                                                                  "keys": sorted(changes)}])  # fmt: skip
