@@ -106,8 +106,10 @@ def test_an_attempt_is_set_aside_with_its_record_and_read_back(tmp_path):
     (run / "node1").mkdir()
     (run / "node1" / "rank0.log").write_text("x")
     (run / "summary.json").write_text("{}")
+    for record in ("run.json", "events.jsonl"):  # the run's record, read by every attempt: it stays
+        (run / record).write_text("{}")
     recovery.write_attempt(str(run), _attempt(1), set_aside=True)
-    assert sorted(p.name for p in run.iterdir()) == ["attempt-1", "plan"]
+    assert sorted(p.name for p in run.iterdir()) == ["attempt-1", "events.jsonl", "plan", "run.json"]
     assert (run / "attempt-1" / "node1" / "rank0.log").read_text() == "x"
     (run / "node1").mkdir()
     recovery.write_attempt(str(run), _attempt(2, state="finished"), set_aside=False)

@@ -278,7 +278,9 @@ ATTEMPT_PREFIX = "attempt-"
 #: What stays in the run's directory when an attempt is set aside: the plan, the attempts' state, the earlier attempts.
 #: The run's attempts state (trainops.attempts), kept in the run directory.
 STATE_FILE = "attempts.json"
-_KEPT = ("plan", STATE_FILE)
+#: What an attempt's set-aside leaves in the run's directory: the plan, the attempts' state, and the run's record
+#: and its events (trainops.run_record), which every attempt of the run reads and changes.
+_KEPT = ("plan", STATE_FILE, "run.json", "events.jsonl")
 _KEPT_PREFIXES = ("attempts-",)
 
 
