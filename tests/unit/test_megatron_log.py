@@ -1233,3 +1233,31 @@ def test_a_real_testbed_log_resumed_from_a_checkpoint():
     ]
     assert (s["checkpoints"]["save_ms"]["count"], s["checkpoints"]["save_ms"]["max"]) == (2, 2387.4)
     assert s["failure"] is None and log.failures == []
+
+
+#: A finished run's node2/launch.out on the testbed (2026-12-05): the master's torchrun left first, so this node's
+#: agent could not wait on the exit barrier, and logged it as an error with a traceback, under torch's own prefix.
+EXIT_BARRIER = [
+    "E1205 08:41:29.381000 2529 torch/distributed/elastic/agent/server/api.py:1008] Error waiting on exit barrier. "
+    "Elapsed: 0.09031248092651367 seconds",
+    "E1205 08:41:29.381000 2529 torch/distributed/elastic/agent/server/api.py:1008] Traceback (most recent call last):",
+    'E1205 08:41:29.381000 2529 torch/distributed/elastic/agent/server/api.py:1008]   File "/usr/local/lib/python3.11/'
+    'dist-packages/torch/distributed/elastic/agent/server/api.py", line 994, in _exit_barrier',
+    "E1205 08:41:29.381000 2529 torch/distributed/elastic/agent/server/api.py:1008]     store_util.barrier(",
+    'E1205 08:41:29.381000 2529 torch/distributed/elastic/agent/server/api.py:1008]   File "/usr/local/lib/python3.11/'
+    'dist-packages/torch/distributed/elastic/utils/store.py", line 201, in barrier',
+    "E1205 08:41:29.381000 2529 torch/distributed/elastic/agent/server/api.py:1008]     store.wait([last_member_key])",
+    "E1205 08:41:29.381000 2529 torch/distributed/elastic/agent/server/api.py:1008] "
+    "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
+    "server shutdown or crash?",
+]
+
+
+def test_torchruns_exit_barrier_at_teardown_is_not_the_runs_failure():
+    log = parse_lines(EXIT_BARRIER, source="node2/launch.out")
+    assert log.failures == [] and log.summary["failure"] is None
+    # a traceback of the same agent that is not the exit barrier's, and one after it, are failures as before
+    other = [line.replace("Error waiting on exit barrier", "Error in the rendezvous") for line in EXIT_BARRIER]
+    assert parse_lines(other).summary["failure"] is not None
+    after = [*EXIT_BARRIER, "Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "ValueError: x"]
+    assert parse_lines(after).summary["failure"]["message"] == "ValueError: x"

@@ -65,6 +65,7 @@ def test_the_version_follows_the_contents_and_names_not_times(tmp_path):
     assert node_package.version(str(copy)) != version
     assert node_package.archive(str(copy)) != node_package.archive(str(PACKAGE))
     assert node_package.archive(str(PACKAGE)) == node_package.archive(str(PACKAGE))
+    assert base64.b64decode(node_package.archive(str(PACKAGE)))[4:8] == bytes(4)  # gzip's date: 0, not now
     # the archive of a playbook that pinned the version before the edit is refused, naming both versions
     assert node_package.archive(str(copy), node_package.version(str(copy))) == node_package.archive(str(copy))
     with pytest.raises(node_package.PackageChanged, match=f"version {version} when it began, [0-9a-f]{{12}} now"):

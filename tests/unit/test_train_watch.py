@@ -292,6 +292,28 @@ def test_a_stall_asks_for_a_diagnosis_and_prints_the_culprit_at_once(plan, tmp_p
         assert not watcher.wants_diagnosis  # the next warning only after another full limit
 
 
+def test_every_rank_exited_while_torchrun_lives_is_its_teardown_not_a_hang(plan, tmp_path):
+    """Seen on a busy testbed node: the last iteration printed, every rank exited, and torchrun still in its exit
+    barrier past the hang limit. No rank is stuck: the attempt's outcome is torchrun's exit, not a hang."""
+    watcher = Watcher(_request(plan, hang_timeout="30", on_hang="stop", evidence_dir=str(tmp_path)), started=0.0)
+    line = LOG.splitlines()[0] + "\n"
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", line), now=5.0)
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", start=len(line.encode())), now=36.0)
+    assert watcher.wants_diagnosis
+    # every node answers, and no rank of the run has a process any more
+    printed = watcher.on_diagnosis({"rc": 0, "stdout": _diagnosis({"node1": [], "node2": []})}, now=37.0)
+    assert printed == ["watch / r1: every rank has exited; waiting for each node's torchrun to end the attempt"]
+    assert not watcher.ended(37.0) and watcher.result(37.0)["state"] == "running" and "hang" not in watcher.result(37.0)
+    watcher.on_probe(_probe("node1=exited:0 node2=exited:0", start=len(line.encode())), now=40.0)
+    assert watcher.ended(40.0) and watcher.result(40.0)["state"] == "finished"
+    # one rank still there (stopped) is a hang as before
+    stuck = Watcher(_request(plan, hang_timeout="30", on_hang="stop"), started=0.0)
+    stuck.on_probe(_probe("node1=running:1 node2=running:2", line), now=5.0)
+    stuck.on_probe(_probe("node1=running:1 node2=running:2", start=len(line.encode())), now=36.0)
+    stuck.on_diagnosis({"rc": 0, "stdout": _diagnosis({"node1": [], "node2": [(2, "T", STOPPED_STACK)]})}, now=37.0)
+    assert stuck.ended(37.0) and stuck.result(37.0)["kind"] == "hang"
+
+
 def _documentation() -> dict:
     """train_watch's DOCUMENTATION as ansible-doc reads it: statically, without importing the module."""
     source = (ROOT / "plugins" / "modules" / "train_watch.py").read_text()

@@ -19,6 +19,7 @@ calls them installed.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import io
 import os
@@ -56,7 +57,7 @@ def archive(package_dir: str, expected: str | None = None) -> str:
     (:class:`PackageChanged`): the checkout was edited meanwhile."""
     parent = os.path.dirname(os.path.abspath(package_dir))
     buffer, digest = io.BytesIO(), hashlib.sha256()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=9) as tar:
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name in files(package_dir):
             with open(os.path.join(parent, name), "rb") as handle:
                 data = handle.read()
@@ -70,7 +71,8 @@ def archive(package_dir: str, expected: str | None = None) -> str:
             f"{digest.hexdigest()[:12]} now: its files under {package_dir} were edited): nothing was installed; "
             "run the playbook again"
         )
-    return base64.b64encode(buffer.getvalue()).decode()
+    # gzip's header dated 0, not now: the same files give the same bytes in any second
+    return base64.b64encode(gzip.compress(buffer.getvalue(), compresslevel=9, mtime=0)).decode()
 
 
 class PackageChanged(ValueError):

@@ -548,6 +548,12 @@ class Watcher:
             reports = parse_diagnosis(reply.get("stdout", ""), names)
         limit = progress.limit(self.request.hang_limit)
         finding = hang.diagnose(plan, reports)
+        ranks = finding.get("ranks") or []
+        if len(ranks) == plan["world_size"] and all(row.get("state") == "gone" for row in ranks):
+            # every rank has exited and torchrun has not yet said how: its exit (or its exit barrier, slow on a
+            # busy node) ends the attempt with the true outcome; no rank is stuck, so nothing is stopped
+            progress.progress_at = now
+            return [f"{self.label}: every rank has exited; waiting for each node's torchrun to end the attempt"]
         finding.update(
             detected_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             last_iteration=(progress.last or {}).get("iteration"),

@@ -12,8 +12,10 @@ from typing import Any
 from ..straggler import parse_ranked_line, parse_report_line
 from .failures import _ChildFailed, _FailureAssembly, _Traceback
 from .patterns import (
+    _AGENT_PREFIX,
     _DEEPSPEED_MARKERS,
     _EVENT,
+    _EXIT_BARRIER,
     _FAST_MATCH,
     _ITER,
     _ITER_TIME_SAMPLES,
@@ -87,6 +89,7 @@ class MegatronLogParser(_FailureAssembly):
         self._lineno = 0
         self._lines_counted = 0
         self._pending: dict[tuple[str, int] | None, _Traceback | _ChildFailed] = {}
+        self._teardown_pid: str | None = None  # the torchrun agent whose exit-barrier message is being read
         self._nan_reported = False
         self._ranks_seen: set[int] = set()  # global ranks this source's content names ([Rank R], [rankN]:)
         self._source_start = 0
@@ -187,6 +190,14 @@ class MegatronLogParser(_FailureAssembly):
                 line = line[match.end() :]
                 if key[0] == "rank":
                     self._ranks_seen.add(key[1])
+        elif self._teardown_pid is not None or _EXIT_BARRIER in line:
+            # torchrun's agent logs its exit barrier's failure, after its workers succeeded, as an error with a
+            # traceback, a line each under its own prefix: teardown (another node's agent left first), skipped
+            match = _AGENT_PREFIX.match(line)
+            if match and (match.group(1) == self._teardown_pid or line[match.end() :].startswith(_EXIT_BARRIER)):
+                self._teardown_pid = match.group(1)
+                return
+            self._teardown_pid = None
         if self._pending and key in self._pending and self._continue(key, line.rstrip()):
             return
         if "iteration" in line:

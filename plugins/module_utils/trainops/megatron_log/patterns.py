@@ -78,6 +78,12 @@ _FAST_ITERATION = re.compile(
 _FAST_MATCH = _FAST_ITERATION.match
 _TIMESTAMP = re.compile(r"\[\s*(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s*\]")
 _TORCH_PREFIX = re.compile(r"\[(rank|default)(\d+)\]:\s?")
+#: The prefix torch's own logging (glog style) puts on each line of a torchrun agent's message: level, date, time,
+#: pid, file:line (``E1205 08:41:29.381000 2529 torch/distributed/elastic/agent/server/api.py:1008] ``).
+_AGENT_PREFIX = re.compile(r"[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) \S+:\d+\] ")
+#: What torchrun's agent logs when the exit barrier after its workers succeeded fails (another node's agent, which
+#: serves the store, exited first): teardown, not a failure of the run.
+_EXIT_BARRIER = "Error waiting on exit barrier"
 _MEMORY = re.compile(r"\[Rank\s+(\d+)\]\s*\(after\s+(\d+)\s+iterations?\)\s*memory\s*\(MB\)\s*(.*)$")
 _VALIDATION = re.compile(r"\b(validation|test)\s+loss\s+at\s+iteration\s+(\d+)\b[^|]*\|(.*)$")
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
