@@ -80,8 +80,10 @@ def _silent(reply: dict[str, Any]) -> bool:
     return reply.get("rc") in (None, 125) or any(text in said for text in DOCKER_REFUSALS)
 
 
-#: The action's own argument beside the watch's request: start the supervisor and return at once (-e wait=false).
-DETACH = {"detach": {"type": "bool", "default": False}}
+#: The action's own arguments beside the watch's request: start the supervisor and return at once (-e wait=false);
+#: the lifecycle's request (trainops.lifecycle.Lifecycle: options, resumes_from, checked_saves, run_started,
+#: health; ``launched`` for a run whose ranks were launched before it had a supervisor).
+DETACH = {"detach": {"type": "bool", "default": False}, "run": {"type": "dict", "default": {}}}
 
 
 class ActionModule(ActionBase):
@@ -109,19 +111,21 @@ class ActionModule(ActionBase):
             out.update(failed=True, msg=(out["stderr"] or out["stdout"] or f"docker exec exited {out['rc']}").strip())
         return out
 
-    def _follow(self, request: WatchRequest, detach: bool = False) -> dict[str, Any]:
-        """The supervisor's watch of this attempt, followed for up to ``wait`` seconds: its lines printed as they
-        come; its result (every line read first), or the result so far (state running). With ``detach``, the
-        supervisor is started and ``running`` returned at once."""
+    def _follow(self, request: WatchRequest, run: dict[str, Any], detach: bool = False) -> dict[str, Any]:
+        """The run's supervisor, followed for up to ``wait`` seconds: its lines printed as they come; the run's end
+        (every line read first: ``{"attempt": the last attempt, "watch": its watch}``), or where it stands (the
+        current attempt's watch so far, state running). With ``detach``, the supervisor is started and ``running``
+        returned at once."""
         supervise, master = f"{request.programs}/supervise.py", request.plan["master"]
-        where = ["--run-dir", request.plan["run_dir"], "--attempt", str(request.attempt)]
+        where = ["--run-dir", request.plan["run_dir"]]
+        started_with = json.dumps({"watch": json.loads(request.to_json()), "run": run})
         deadline = time.monotonic() + request.wait
         # train.yml follows from the watch's first line; status.yml (tail) attaches with its last lines
         offset = -ATTACH_LINES if request.tail else 0
         lost_since, snapshot, result, started = None, None, None, False
         while True:
             if not started:
-                reply = self._exec(request.container, ["python3", supervise, "start", *where], request.to_json())
+                reply = self._exec(request.container, ["python3", supervise, "start", *where], started_with)
                 started = not _silent(reply)
                 if detach:
                     if not started:
@@ -130,7 +134,7 @@ class ActionModule(ActionBase):
                     elif reply.get("failed"):
                         raise AnsibleActionFail(f"{master}: the run's supervisor ({supervise}) failed to start: "
                                                 f"{_why(reply, 1000)}")  # fmt: skip
-                    return {"state": "running"}
+                    return {"watch": {"state": "running"}}
             if started:
                 reply = self._exec(request.container, ["python3", supervise, "read", *where, "--offset", str(offset),
                                                        "--wait", str(FOLLOW_WAIT_S)])  # fmt: skip
@@ -142,9 +146,9 @@ class ActionModule(ActionBase):
                                     "on under its supervisor on the cluster; trying again")  # fmt: skip
                 lost = silent_master(request.plan, time.monotonic() - lost_since, _why(reply))
                 if lost:
-                    return dict(snapshot or {}, **lost)
+                    return {"watch": dict(snapshot or {}, **lost), "silent": True}
                 if time.monotonic() >= deadline:
-                    return dict(snapshot or {"state": "running"})
+                    return {"watch": dict(snapshot or {"state": "running"})}
                 time.sleep(FOLLOW_RETRY_S)
                 continue
             if reply.get("failed"):  # the master answers, but the supervisor's program failed: not a lost master
@@ -158,13 +162,13 @@ class ActionModule(ActionBase):
             offset, snapshot = answer["offset"], answer.get("snapshot") or snapshot
             result = answer["result"] if answer["result"] is not None else result
             if result is not None:
-                if not answer["lines"]:  # every line said before the result is printed
-                    return result
+                if not answer["lines"]:  # every line said before the run's end is printed
+                    return dict(result, ended=True)
                 continue
             if not answer["pid"]:
-                started = False  # died without a result: started again (it takes the watch up from the logs)
+                started = False  # died before the run ended: started again (it goes on from the run's state)
             if time.monotonic() >= deadline:
-                return dict(snapshot or {"state": "running"})
+                return {"watch": dict(snapshot or {"state": "running"})}
 
     def _fetch_evidence(self, request: WatchRequest, result: dict[str, Any]) -> None:
         """A hang's evidence, written by the supervisor in the master's run directory, copied to the controller's."""
@@ -186,20 +190,26 @@ class ActionModule(ActionBase):
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=dict(WatchRequest.argument_spec(), **DETACH))
-        detach = args.pop("detach")
+        detach, run = args.pop("detach"), args.pop("run")
         request = WatchRequest.from_args(args, [name for name in self._task.args if name not in DETACH])
         if detach:  # train.yml -e wait=false: the supervisor started, whatever train_wait says
-            watched = self._follow(request, detach)
+            followed = self._follow(request, run, detach)
         elif request.wait == 0:  # status.yml: one probe, from here
             try:
                 watched = watch(Watcher(request, time.monotonic()), self._runner(request.container), display.display)
             except ProbeError as exc:
                 raise AnsibleActionFail(str(exc)) from exc
+            followed = {"watch": watched}
         else:
-            watched = self._follow(request)
-            if "error" in watched:
-                raise AnsibleActionFail(watched["error"])
+            followed = self._follow(request, run)
+            if "error" in followed:
+                raise AnsibleActionFail(followed["error"])
+            watched = followed.get("watch") or {}
             if (watched.get("hang") or {}).get("evidence") and request.evidence_dir:
                 self._fetch_evidence(request, watched)
-        result.update(changed=False, watch=watched, attempt=request.attempt)
+        # watch: the last attempt's watch (or the current one's so far); attempt: the last attempt as the run's
+        # state on the cluster holds it, once the run ended; ended: whether it did; silent: the master stopped
+        # answering this controller (the run's state stays on it)
+        result.update(changed=False, watch=followed.get("watch") or {}, attempt=followed.get("attempt"),
+                      ended=bool(followed.get("ended")), silent=bool(followed.get("silent")))  # fmt: skip
         return result

@@ -33,22 +33,18 @@ def health_facts(
     if not state.get("Running"):
         return {"error": f"the training container '{container}' is {state.get('Status', 'not running')}",
                 "action": "run provision.yml (it starts the container)"}  # fmt: skip
-    try:
-        facts = json.loads(container_facts.get("stdout") or "")
-    except ValueError:
-        why = (container_facts.get("stderr") or container_facts.get("msg") or "no output").strip()[-300:]
-        return {"error": f"the facts could not be read in '{container}': {why}",
-                "action": f"run python3 in '{container}' by hand to see why"}  # fmt: skip
-    facts["stack"]["image"] = (container_info.get("container") or {}).get("Image")
-    facts["slots"] = int(slots)
-    facts["device_tool"] = device_tool
     text = kernel_log.get("stdout") or ""
     if text.startswith("UNREADABLE"):
-        facts["kernel_log"] = {"readable": False, "error": text[len("UNREADABLE") :].strip() or "dmesg failed"}
+        log = {"readable": False, "error": text[len("UNREADABLE") :].strip() or "dmesg failed"}
     elif kernel_log.get("rc", 0) != 0:
-        facts["kernel_log"] = {"readable": False, "error": (kernel_log.get("stderr") or "dmesg failed").strip()}
+        log = {"readable": False, "error": (kernel_log.get("stderr") or "dmesg failed").strip()}
     else:
-        facts["kernel_log"] = {"readable": True, "lines": text.splitlines()[-200:]}
+        log = {"readable": True, "lines": text.splitlines()[-200:]}
+    image = (container_info.get("container") or {}).get("Image")
+    facts = health.node_facts(container_facts, slots, device_tool, image, log)
+    if "error" in facts:
+        return {"error": f"the facts could not be read in '{container}': {facts['error'].split(': ', 1)[-1]}",
+                "action": f"run python3 in '{container}' by hand to see why"}  # fmt: skip
     return facts
 
 

@@ -81,7 +81,11 @@ def status_text(
 def followed_text(followed: Sequence[Mapping[str, Any]]) -> str:
     """status.yml -e follow=true's last lines, from its follow loop's results (each: ``item.item`` the run dir,
     ``attempt``, ``watch``)."""
-    runs = [{"run_dir": one["item"]["item"], "attempt": one["attempt"], "watch": one["watch"]} for one in followed]
+    runs = [
+        {"run_dir": one["item"]["item"], "attempt": (one.get("attempt") or {}).get("number")
+         or one["watch"].get("attempt") or 1, "watch": one["watch"]}
+        for one in followed
+    ]  # fmt: skip
     return outcome_core.followed_text(runs)
 
 

@@ -10,8 +10,11 @@ short_description: Follow a launched training run from its master until it ends,
 description:
   - Starts the run's supervisor (the node package's C(supervise.py)) in the master's training container, detached
     from every SSH session, and follows what it says (one docker CLI call over the play's connection to the master
-    node, waiting up to 5 s for a new line). A connection to the master that fails is said once and tried again;
-    it judges no node. A supervisor found dead without a result is started again from the logs' tail.
+    node, waiting up to 5 s for a new line) until the run ends. The supervisor runs the run's lifecycle
+    (C(trainops.lifecycle)), which launches each attempt, watches it, and after a failure stops, judges, chooses the
+    save to resume from and launches again (C(-e max_restarts)). A connection to the master that fails is said once
+    and tried again; it judges no node. A supervisor found dead before the run ended is started again, and goes on
+    from the run's state.
   - The supervisor, every O(poll_interval) seconds, runs the run's C(probe.sh) in that container. The probe reports
     each node's launch state (over the containers' sshd) and the new bytes of the last rank's log and of rank 0's
     stdout and stderr.
@@ -46,7 +49,7 @@ options:
     type: str
     required: true
   attempt:
-    description: The attempt's number (the supervisor keeps one watch per attempt).
+    description: The attempt's number (the supervisor sets it for each attempt it watches).
     type: int
     default: 1
   diagnose:
@@ -126,10 +129,21 @@ options:
       removes it, the watch ends the attempt as C(failed) with kind C(stopped), so no attempt outlives stop.yml.
     type: bool
     default: false
+  detach:
+    description: Start the run's supervisor and return C(running) at once (train.yml C(-e wait=false)).
+    type: bool
+    default: false
+  run:
+    description: The lifecycle's request (C(trainops.lifecycle.Lifecycle)), with C(options), C(run_started),
+      C(resumes_from), C(checked_saves), C(health), and C(launched) (who started the first attempt's launches
+      when the supervisor does not, as a Slurm job's tasks).
+    type: dict
+    default: {}
 notes:
   - An action plugin; run it on the master node of the plan (train.yml and status.yml do). The options are
     checked on the controller first by C(trainops.watch.watch_options) (train.yml's C(-e) options).
-  - These options are C(trainops.watch.WatchRequest)'s fields; a unit test holds this page to them.
+  - These options are C(trainops.watch.WatchRequest)'s fields, then O(detach) and O(run); a unit test holds this
+    page to them.
 """
 
 EXAMPLES = r"""
@@ -147,8 +161,21 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ended:
+  description: Whether the run ended while followed (its supervisor's record then holds every attempt).
+  returned: always
+  type: bool
+attempt:
+  description: The last attempt as the supervisor's record holds it (number, plan, outcome, decision), once the
+    run ended.
+  returned: when ended
+  type: dict
+silent:
+  description: The master stopped answering this controller for C(trainops.watch.MASTER_SILENT_S) seconds.
+  returned: always
+  type: bool
 watch:
-  description: How the run went.
+  description: How the last attempt's watch went (or the current one's so far).
   returned: always
   type: dict
   contains:

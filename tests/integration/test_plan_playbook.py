@@ -59,6 +59,7 @@ def test_plan_writes_everything(runbook_plan):
         "hostfile",
         "launch-node1.sh",
         "launch-node2.sh",
+        "on-node.sh",
         "plan.json",
         "probe.sh",
         "recommendations.json",

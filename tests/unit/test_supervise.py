@@ -48,13 +48,15 @@ def run(tmp_path):
     request = WatchRequest(plan=plan, probe=str(run_dir / "probe.sh"), programs=str(PROGRAMS), poll_interval=1.0,
                            wait=30.0, verify_checkpoints=False)  # fmt: skip
     assert WatchRequest(**json.loads(request.to_json())) == request
-    return run_dir, request.to_json()
+    # the test's ranks are "launched" already (the supervisor starts nothing); no restarts
+    started = {"run_started": 1.0, "launched": "the test's nodes", "options": {"max_restarts": 0}}
+    return run_dir, json.dumps({"watch": json.loads(request.to_json()), "run": started})
 
 
 def follow(run_dir: Path, until: float = 30) -> tuple[list[str], dict]:
     lines, offset, deadline = [], 0, time.monotonic() + until
     while time.monotonic() < deadline:
-        answer = supervise("read", "--run-dir", str(run_dir), "--attempt", "1", "--offset", str(offset), "--wait", "2")
+        answer = supervise("read", "--run-dir", str(run_dir), "--offset", str(offset), "--wait", "2")
         lines += answer["lines"]
         offset = answer["offset"]
         if answer["result"] is not None and not answer["lines"]:
@@ -64,51 +66,56 @@ def follow(run_dir: Path, until: float = 30) -> tuple[list[str], dict]:
 
 def test_the_supervisor_watches_detached_and_its_result_is_read_once_the_run_ends(run):
     run_dir, request = run
-    started = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)
+    started = supervise("start", "--run-dir", str(run_dir), stdin=request)
     assert started["started"] and started["pid"] > 0 and not started["ended"]
     # a second start (another terminal, a train.yml again) finds it running and starts nothing
-    again = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)
+    again = supervise("start", "--run-dir", str(run_dir), stdin=request)
     assert again == dict(started, started=False)
     time.sleep(1.5)
-    snapshot = supervise("read", "--run-dir", str(run_dir), "--attempt", "1")
+    snapshot = supervise("read", "--run-dir", str(run_dir))
     assert snapshot["pid"] == started["pid"] and snapshot["result"] is None
     assert snapshot["snapshot"]["state"] == "running" and snapshot["snapshot"]["nodes"]["node2"]["state"] == "running"
     # status.yml's view: the newest watch, its supervisor, its state, since when it runs
     seen = supervise("status", "--run-dir", str(run_dir))
     assert seen["attempt"] == 1 and seen["pid"] == started["pid"] and seen["state"] == "running"
-    assert not seen["ended"] and seen["since"] <= time.time() and seen["events"].endswith("watch-1.events")
-    saved = json.loads((run_dir / "supervisor" / "watch-1.request.json").read_text())
-    assert saved["wait"] == 10**9 and saved["evidence_dir"] == str(run_dir)  # no time limit on the cluster
+    assert not seen["ended"] and seen["since"] <= time.time() and seen["events"].endswith("supervisor/events")
+    state = json.loads((run_dir / "supervisor" / "run" / "attempts.json").read_text())
+    assert state["current"]["number"] == 1 and state["current"]["fanout"]["stdout"] == "the test's nodes"
     (run_dir / "states").write_text(FINISHED)
     _, result = follow(run_dir)
-    assert result["state"] == "finished" and result["nodes"]["node1"] == {"state": "exited", "detail": "0"}
+    watched = result["watch"]
+    assert watched["state"] == "finished" and watched["nodes"]["node1"] == {"state": "exited", "detail": "0"}
+    assert result["attempt"]["number"] == 1 and result["attempt"]["outcome"]["state"] == "finished"
     deadline = time.monotonic() + 10
-    while supervise("read", "--run-dir", str(run_dir), "--attempt", "1")["pid"] and time.monotonic() < deadline:
+    while supervise("read", "--run-dir", str(run_dir))["pid"] and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert supervise("read", "--run-dir", str(run_dir), "--attempt", "1")["pid"] == 0  # it exits with its watch
-    assert supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)["ended"]
+    assert supervise("read", "--run-dir", str(run_dir))["pid"] == 0  # it exits with its watch
+    assert supervise("start", "--run-dir", str(run_dir), stdin=request)["ended"]
 
 
 def test_a_supervisor_killed_mid_watch_is_started_again_and_takes_the_watch_up(run):
     run_dir, request = run
-    first = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)["pid"]
+    first = supervise("start", "--run-dir", str(run_dir), stdin=request)["pid"]
     time.sleep(1.5)
     os.kill(first, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while supervise("read", "--run-dir", str(run_dir), "--attempt", "1")["pid"] and time.monotonic() < deadline:
+    while supervise("read", "--run-dir", str(run_dir))["pid"] and time.monotonic() < deadline:
         time.sleep(0.2)
-    dead = supervise("read", "--run-dir", str(run_dir), "--attempt", "1")
+    dead = supervise("read", "--run-dir", str(run_dir))
     assert dead["pid"] == 0 and dead["result"] is None
     seen = supervise("status", "--run-dir", str(run_dir))  # without --take-up: only seen
     assert seen["pid"] == 0 and seen["taken_up_from"] == 0 and not seen["ended"] and seen["state"] == "running"
     # the next status.yml starts it again (as train.yml's follower would: both go through start)
     again = supervise("status", "--run-dir", str(run_dir), "--take-up")
     assert again["taken_up_from"] == first and again["pid"] not in (0, first)
-    assert json.loads((run_dir / "supervisor" / "watch-1.request.json").read_text())["tail"] is True
     (run_dir / "states").write_text(FINISHED)
     lines, result = follow(run_dir)
-    assert f"supervisor: its process {first} ended without a result; taking the watch up again" in lines[0]
-    assert result["state"] == "finished"
+    at = next(n for n, line in enumerate(lines) if line.startswith(f"supervisor: its process {first} ended before"))
+    assert "taking the run up again" in lines[at] and "at its step 'watch'" in lines[at], lines
+    assert lines[at + 1] == "supervisor: taking attempt 1's watch up from the logs' last 256 KiB", lines
+    assert result["watch"]["state"] == "finished" and result["attempt"]["outcome"]["state"] == "finished"
+    state = json.loads((run_dir / "supervisor" / "run" / "attempts.json").read_text())
+    assert len(state["records"]) == 0 and state["current"]["number"] == 1  # no ranks launched again
 
 
 def test_a_run_without_a_supervisor_says_so(tmp_path):
@@ -118,33 +125,35 @@ def test_a_run_without_a_supervisor_says_so(tmp_path):
 def test_a_watch_that_cannot_go_on_ends_with_its_error_for_the_follower(run):
     run_dir, request = run
     (run_dir / "probe.sh").write_text("echo 'the probe failed' >&2; exit 3\n")
-    supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)
+    supervise("start", "--run-dir", str(run_dir), stdin=request)
     _, result = follow(run_dir)
     # two failed probes in a row: the master's container does not answer its own probe (the core's verdict)
-    assert result["state"] == "failed" and result["node"] == "node1" and "the probe failed" in result["reason"]
+    watched = result["watch"]
+    assert watched["state"] == "failed" and watched["node"] == "node1" and "the probe failed" in watched["reason"]
+    assert result["attempt"]["outcome"]["state"] == "failed" and result["attempt"]["next"] == "end"
 
 
 def test_starts_at_once_start_one_supervisor(run):
     run_dir, request = run
     starts = [subprocess.Popen([sys.executable, str(PROGRAMS / "supervise.py"), "start", "--run-dir", str(run_dir),
-                                "--attempt", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                ], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
               for _ in range(3)]  # fmt: skip
     answers = [json.loads(start.communicate(request, timeout=60)[0]) for start in starts]
     assert sum(answer["started"] for answer in answers) == 1, answers
     (run_dir / "states").write_text(FINISHED)
-    assert follow(run_dir)[1]["state"] == "finished"
+    assert follow(run_dir)[1]["watch"]["state"] == "finished"
 
 
 def test_a_follower_that_attaches_late_reads_the_last_lines_first(tmp_path):
-    events = tmp_path / "supervisor" / "watch-1.events"
+    events = tmp_path / "supervisor" / "events"
     events.parent.mkdir()
     said = [json.dumps({"t": n, "line": f"line {n}"}) for n in range(30)]
     events.write_text("\n".join(said) + '\n{"t": 30, "line": "cut sh')  # the last one is being written
-    late = supervise("read", "--run-dir", str(tmp_path), "--attempt", "1", "--offset", "-5")
+    late = supervise("read", "--run-dir", str(tmp_path), "--offset", "-5")
     assert late["lines"] == [f"line {n}" for n in range(25, 30)] and late["pid"] == 0 and late["result"] is None
     # then on from where that read ended, as from any offset
     assert late["offset"] == len("\n".join(said)) + 1
-    assert supervise("read", "--run-dir", str(tmp_path), "--attempt", "1", "--offset", "-50")["lines"][0] == "line 0"
+    assert supervise("read", "--run-dir", str(tmp_path), "--offset", "-50")["lines"][0] == "line 0"
 
 
 def load_program():
@@ -156,48 +165,48 @@ def load_program():
 
 def test_the_events_rotate_and_a_follower_reads_on_across_the_rotation(tmp_path):
     program = load_program()
-    files = program.paths(str(tmp_path), 1)
+    files = program.paths(str(tmp_path))
     Path(files["events"]).parent.mkdir()
     log = program.EventLog(files["events"], limit=400)
     read, offset = [], 0
     for n in range(40):  # about 45 bytes a line: a rotation every 9 lines
         log.say(f"line {n}")
         if n % 4 == 3:  # a follower that reads now and then, and so sees several rotations
-            answer = program.read(str(tmp_path), 1, offset, 0)
+            answer = program.read(str(tmp_path), offset, 0)
             read, offset = read + answer["lines"], answer["offset"]
-    answer = program.read(str(tmp_path), 1, offset, 0)
+    answer = program.read(str(tmp_path), offset, 0)
     assert read + answer["lines"] == [f"line {n}" for n in range(40)]
     # two files, each under the limit and a line: the rest was dropped
     sizes = [os.path.getsize(files["events"]), os.path.getsize(files["events"] + ".1")]
     assert all(size < 400 + 50 for size in sizes) and not os.path.exists(files["events"] + ".2")
     # a follower that fell behind by more than the two files is told, and goes on with what is kept
-    late = program.read(str(tmp_path), 1, 0, 0)
+    late = program.read(str(tmp_path), 0, 0)
     kept = [json.loads(row)["line"] for row in Path(files["events"] + ".1").read_text().splitlines() if "line" in row]
     assert late["lines"][0].startswith("supervisor: ") and "rotated out" in late["lines"][0]
     assert late["lines"][1:] == kept and kept[0] != "line 0"
     # a follower that attaches late gets the last lines, from the rotated file too when the current one is new
     held = kept + [json.loads(row)["line"] for row in Path(files["events"]).read_text().splitlines() if "line" in row]
     for count in (1, 2, 5, len(held) + 3):
-        attached = program.read(str(tmp_path), 1, -count, 0)
+        attached = program.read(str(tmp_path), -count, 0)
         lines, at = attached["lines"], attached["offset"]
-        while more := program.read(str(tmp_path), 1, at, 0)["lines"]:  # the rest of the rotated file, read on
-            lines, at = lines + more, program.read(str(tmp_path), 1, at, 0)["offset"]
+        while more := program.read(str(tmp_path), at, 0)["lines"]:  # the rest of the rotated file, read on
+            lines, at = lines + more, program.read(str(tmp_path), at, 0)["offset"]
         assert lines == held[-count:], count
     # a supervisor taken up goes on with the same sequence of bytes (its base from the file's header)
     again = program.EventLog(files["events"], limit=400)
     assert again.base == log.base and again.size == log.size
     again.say("line 40")
-    assert program.read(str(tmp_path), 1, answer["offset"], 0)["lines"] == ["line 40"]
+    assert program.read(str(tmp_path), answer["offset"], 0)["lines"] == ["line 40"]
 
 
 def test_a_supervisor_killed_mid_rotation_leaves_what_the_next_one_finishes(tmp_path):
     program = load_program()
-    events = str(tmp_path / "watch-1.events")
+    events = str(tmp_path / "events")
     log = program.EventLog(events, limit=300)
     for n in range(8):
         log.say(f"line {n}")
     base, size = log.base, log.size
-    assert program.read(str(tmp_path / "nowhere"), 1, 0, 0)["lines"] == []  # a watch not begun reads as empty
+    assert program.read(str(tmp_path / "nowhere"), 0, 0)["lines"] == []  # a watch not begun reads as empty
     # killed after the new file was written, before it was renamed into place: the next one renames it
     os.replace(events, events + ".1")
     Path(events + ".new").write_text(json.dumps({"base": base + size}) + "\n")
@@ -211,7 +220,7 @@ def test_a_supervisor_killed_mid_rotation_leaves_what_the_next_one_finishes(tmp_
 
 def test_a_follower_reading_while_the_supervisor_writes_and_rotates_misses_and_repeats_nothing(tmp_path):
     program = load_program()
-    files = program.paths(str(tmp_path), 1)
+    files = program.paths(str(tmp_path))
     Path(files["events"]).parent.mkdir()
     writer = subprocess.Popen([sys.executable, "-c", (
         "import importlib.util, sys\n"
@@ -223,7 +232,7 @@ def test_a_follower_reading_while_the_supervisor_writes_and_rotates_misses_and_r
     )])  # fmt: skip
     lines, offset = [], 0
     while writer.poll() is None or len(lines) < 1500:
-        answer = program.read(str(tmp_path), 1, offset, 0)
+        answer = program.read(str(tmp_path), offset, 0)
         lines, offset = lines + answer["lines"], answer["offset"]
         if writer.poll() is not None and not answer["lines"]:
             break
@@ -231,14 +240,14 @@ def test_a_follower_reading_while_the_supervisor_writes_and_rotates_misses_and_r
     assert lines == [f"line {n}" for n in range(1500)]  # about 25 rotations, read across as they came
 
 
-def test_status_takes_a_dead_supervisor_up_while_a_reader_looks_and_names_an_unwatched_attempt(run):
+def test_status_takes_a_dead_supervisor_up_while_a_reader_looks(run):
     run_dir, request = run
-    first = supervise("start", "--run-dir", str(run_dir), "--attempt", "1", stdin=request)["pid"]
+    first = supervise("start", "--run-dir", str(run_dir), stdin=request)["pid"]
     time.sleep(1.5)
     os.kill(first, signal.SIGKILL)
-    files = load_program().paths(str(run_dir), 1)
+    files = load_program().paths(str(run_dir))
     deadline = time.monotonic() + 10
-    while supervise("read", "--run-dir", str(run_dir), "--attempt", "1")["pid"] and time.monotonic() < deadline:
+    while supervise("read", "--run-dir", str(run_dir))["pid"] and time.monotonic() < deadline:
         time.sleep(0.2)
     # a reader's look holds the supervisor's lock shared for a moment: the take-up waits for it, not gives up
     with open(files["lock"], "a") as held:
@@ -248,8 +257,7 @@ def test_status_takes_a_dead_supervisor_up_while_a_reader_looks_and_names_an_unw
         time.sleep(1)
     answer = json.loads(taking.communicate(timeout=60)[0])
     assert answer["taken_up_from"] == first and answer["pid"] not in (0, first), answer
-    # the ranks' attempt 2 (attempt 1's logs set aside) was launched by a train.yml that died before its watch
-    (run_dir / "attempt-1").mkdir()
     seen = supervise("status", "--run-dir", str(run_dir), "--take-up")
-    assert seen["attempt"] == 2 and seen["unwatched"] and seen["pid"] == 0
+    assert seen["attempt"] == 1 and seen["pid"] == answer["pid"] and seen["taken_up_from"] == 0
     (run_dir / "states").write_text(FINISHED)
+    assert follow(run_dir)[1]["watch"]["state"] == "finished"

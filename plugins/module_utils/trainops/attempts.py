@@ -154,6 +154,19 @@ class Attempts:
         self._save()
         return self.view()
 
+    def launched(self, fanout: Mapping[str, Any]) -> dict[str, Any]:
+        """The attempt's fan-out has returned (the run's supervisor launches): kept for :meth:`end`."""
+        self.current["fanout"] = dict(fanout)
+        self._save()
+        return self.view()
+
+    def after_done(self) -> dict[str, Any]:
+        """The steps after a failed attempt are done (the supervisor's: stopped, judged, resumed, set aside): a
+        supervisor started again goes on from the next launch, not from them."""
+        self.current["after_done"] = True
+        self._save()
+        return self.view()
+
     def end(self, fanout: Mapping[str, Any], watch: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
         """The attempt's outcome: a failed fan-out (named on the master), else what the watcher saw, else running
         (``-e wait=false``)."""

@@ -42,6 +42,7 @@ Nothing here knows Ansible.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import statistics
@@ -803,3 +804,34 @@ def incidents(verdicts: Mapping[str, Mapping[str, Any]], name: str, path: str, n
         for node, v in verdicts.items()
         if any(c["status"] == "sick" and not c.get("carried") for c in v["checks"])
     ]  # fmt: skip
+
+
+#: What the quick health check says of the kernel log where it cannot read it: the run's supervisor, inside the
+#: master's container, cannot see the node's (the host's) kernel log.
+KERNEL_LOG_UNSEEN = (
+    "the run's supervisor reads no host's kernel log (health.yml and train.yml's check before the launch do)"
+)
+
+
+def node_facts(
+    reply: Mapping[str, Any],
+    slots: Any,
+    device_tool: str,
+    image: str | None = None,
+    kernel_log: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One node's facts for :func:`judge` from ``node_facts.py``'s reply in its training container (``stdout``: its
+    JSON; ``stderr``/``msg`` when it failed), the container's image where the host was asked, and the kernel log's
+    device errors (``{"readable": bool, "lines"|"error"}``; unseen when not given). A script that failed is the
+    node's error."""
+    try:
+        facts = json.loads(reply.get("stdout") or "")
+    except ValueError:
+        why = (reply.get("stderr") or reply.get("msg") or "no output").strip()[-300:]
+        return {"error": f"the facts could not be read in the training container: {why}",
+                "action": "run python3 in the training container by hand to see why"}  # fmt: skip
+    facts["stack"]["image"] = image
+    facts["slots"] = int(slots)
+    facts["device_tool"] = device_tool
+    facts["kernel_log"] = dict(kernel_log) if kernel_log else {"readable": False, "error": KERNEL_LOG_UNSEEN}
+    return facts

@@ -29,6 +29,10 @@ from typing import Any
 
 from . import records
 from .checkpoints import LEDGER_FILE as LEDGER
+from .checkpoints import choose as choose_save
+from .checkpoints import judge as judge_saves
+from .checkpoints import tracker_value
+from .errors import PlanError
 from .layout import Layout
 from .model import ModelSpec
 
@@ -546,3 +550,61 @@ def check_directory(listing: Mapping[str, Any], plan: Mapping[str, Any], node: s
             f"iteration {newest['iteration']}'s save match): it is moved to {legacy_of} and resumed from"
         )
     return out
+
+
+def resume_choice(
+    scan: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    verify: bool,
+    node: str,
+    failed_loads: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The reply of ``checkpoint_scan.py scan`` on the master (``stdout``, ``stderr``, ``msg``: as docker exec or
+    the supervisor answers) as the run's resume point, for train.yml's first launch and the supervisor's restarts.
+
+    ``{"resume": "N" | "", "set_aside": [names], "tracker": "N" | None, "lines": [...], "refused": text | "",
+    "saves": [verdicts]}``. ``verify`` false trusts the tracker as it is (-e verify_checkpoints=false).
+    ``failed_loads``: the saves an attempt of this run failed to resume from (iteration -> why), never chosen.
+    A directory written by another configuration (the arguments its newest save recorded, ``scan --args``) is
+    refused whatever ``verify`` says (:func:`trainops.identity.check_directory`); the old-style directory a
+    ``scan --legacy`` listed, when it is this experiment's, comes back as ``adopt`` (moved before the resume)."""
+    directory = plan["checkpoint_dir"]
+    try:
+        listing = json.loads(scan.get("stdout") or "")
+    except ValueError:
+        why = (scan.get("stderr") or scan.get("msg") or "no output").strip()[-400:]
+        raise PlanError(
+            [
+                f"{node}: the checkpoints in {directory} could not be scanned: {why}. Fix the directory, or give "
+                "-e verify_checkpoints=false to resume from what its tracker names unchecked. Nothing was started."
+            ]
+        ) from None
+    belongs = check_directory(listing, plan, node)
+    adopt = belongs.get("adopt")
+    if belongs["refused"]:
+        return {"resume": "", "set_aside": [], "tracker": None, "lines": belongs["lines"],
+                "refused": belongs["refused"], "saves": [], "adopt": None}  # fmt: skip
+    if not verify:
+        tracker = tracker_value(listing.get("tracker"))
+        return {"resume": "" if tracker is None else str(tracker), "set_aside": [], "tracker": None,
+                "lines": belongs["lines"], "refused": "", "saves": [], "adopt": adopt}  # fmt: skip
+    saves = judge_saves(listing, plan, running=False, failed_loads=failed_loads)
+    choice = choose_save(saves, listing.get("tracker"))
+    if adopt:
+        directory = f"{listing['dir']} (to be moved to {directory})"
+    refused = ""
+    if choice.get("refused"):
+        refused = (
+            f"{node}: not one checkpoint in {directory} can be resumed from ({choice['refused']}). Nothing was "
+            "started or changed. Give -e fresh=true to start anew (the saves are moved aside, not deleted), or "
+            "-e verify_checkpoints=false to resume from what the tracker names unchecked (docs/checkpoints.md)."
+        )
+    return {
+        "resume": "" if choice["iteration"] is None else str(choice["iteration"]),
+        "set_aside": [entry["name"] for entry in choice["set_aside"]],
+        "tracker": choice["tracker"],
+        "lines": belongs["lines"] + choice["lines"],
+        "refused": refused,
+        "saves": saves,
+        "adopt": None if refused else adopt,
+    }

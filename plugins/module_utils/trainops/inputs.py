@@ -50,7 +50,7 @@ def rendered_files(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
     files += [
         {"name": name, "template": name, "mode": "0755", "node": {}, "label": name}
-        for name in ("fanout.sh", "stop.sh", "probe.sh", "diagnose.sh")
+        for name in ("fanout.sh", "stop.sh", "probe.sh", "diagnose.sh", "on-node.sh")
     ]
     return files
 

@@ -138,36 +138,32 @@ def supervisor_text(master: str, seen: Mapping[str, Any] | None) -> str:
     """Who watches a live run, from its supervisor's ``status`` (the node package's supervise.py) on ``master``."""
     if not seen or not seen.get("attempt"):
         return (
-            "nobody on the cluster: no supervisor was started for this run (train.yml -e wait=false of an older "
-            "bundle); it is judged only when status.yml or a following train.yml looks"
+            "nobody on the cluster: no supervisor was started for this run (train.yml of an older bundle); it is "
+            "judged only when status.yml looks; status.yml -e follow=true starts one, which warns of a hang"
         )
     attempt, pid, events = seen["attempt"], seen.get("pid"), seen.get("events")
-    if seen.get("unwatched"):
-        return (
-            f"nobody: attempt {attempt} has no supervisor (the train.yml that launched it stopped before it started "
-            "one); status.yml -e follow=true starts one, which warns of a hang"
-        )
     since = seen.get("since")
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else "an unknown time"
     if seen.get("taken_up_from"):
         return (
             f"its supervisor, started again now (pid {pid} in {master}'s container): its process "
-            f"{seen['taken_up_from']} had ended before attempt {attempt}'s watch did; it takes the watch up from the "
-            f"logs' tail (events: {events})"
+            f"{seen['taken_up_from']} had ended before the run did; it goes on from the run's state, at attempt "
+            f"{attempt} (events: {events})"
         )
     if pid and not seen.get("ended"):
         return f"its supervisor (pid {pid} in {master}'s container since {when}), attempt {attempt} (events: {events})"
     if seen.get("ended"):
         return (
-            f"nobody: attempt {attempt}'s supervisor ended its watch ({seen.get('state')}) while ranks still run; a "
-            f"train.yml that follows the run stops and restarts them, else stop.yml ends them (events: {events})"
+            f"nobody: its supervisor ended the run ({seen.get('state')}, attempt {attempt}) while ranks still run; "
+            f"stop.yml ends them (events: {events})"
         )
-    return f"nobody: attempt {attempt}'s supervisor is gone and was not started again (events: {events})"
+    return f"nobody: its supervisor is gone and was not started again, at attempt {attempt} (events: {events})"
 
 
 def followed_text(runs: Sequence[Mapping[str, Any]]) -> str:
-    """status.yml -e follow=true's last lines: per followed run (``run_dir``, ``attempt``, ``watch``: the watch's
-    result, or its result so far when train_wait ran out), how the attempt's watch ended or where it stands."""
+    """status.yml -e follow=true's last lines: per followed run (``run_dir``, ``attempt``: its number, ``watch``:
+    the last attempt's watch, or the current one's so far when train_wait ran out), how the run ended or where it
+    stands."""
     lines = []
     for run in runs:
         watch, head = run["watch"], f"run {run['run_dir']}, attempt {run['attempt']}"
@@ -177,8 +173,8 @@ def followed_text(runs: Sequence[Mapping[str, Any]]) -> str:
         elif watch.get("state") == "failed":
             lines.append(
                 f"{head}: failed ({watch.get('kind')}, {watch.get('node')}): {clip(watch.get('reason') or '', 400)}"
-                f"{progress}. A train.yml that follows the run stops it and restarts it (-e max_restarts); else "
-                "stop.yml ends what is left"
+                f"{progress}. Its supervisor stopped what was left of it, and restarts it where -e max_restarts "
+                "allows (report.yml reports the run)"
             )
         else:
             lines.append(f"{head}: {watch.get('state')}{progress}")

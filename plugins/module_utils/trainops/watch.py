@@ -135,7 +135,7 @@ class WatchRequest:
         "The node package's programs in the container (C(/opt/mtt-train-ops/<version>/trainops/node), installed by "
         "the node_package role); the checkpoint scanner runs from there.",
     )
-    attempt: int = _arg("int", "The attempt's number (the supervisor keeps one watch per attempt).", 1)
+    attempt: int = _arg("int", "The attempt's number (the supervisor sets it for each attempt it watches).", 1)
     diagnose: str | None = _arg(
         "str", "The run's C(diagnose.sh) inside the container; defaults to the one beside O(probe).", None
     )

@@ -1,6 +1,6 @@
 """Pack one node's logs of a run into a tarball (mtt-train-ops, role collect); run in the training container.
 
-    python3 pack_logs.py --run-dir DIR --node NAME --pack FILE.tgz [--checkpoint-dir CKPT]
+    python3 pack_logs.py --run-dir DIR --node NAME --pack FILE.tgz|- [--checkpoint-dir CKPT] [--with-state]
     python3 pack_logs.py --run-dir DIR --node NAME --set-aside DIR/attempt-K
 
 Packs ``DIR/logs/NAME/`` as ``NAME/`` (unpacked into the run's directory on the controller) with the node's launch
@@ -29,6 +29,8 @@ import tarfile
 TRACKER = "latest_checkpointed_iteration.txt"
 RESTART_MARK = "restarting"
 MARKS = "marks.json"
+#: The run supervisor's state in the run's directory (trainops.lifecycle.STATE_DIR).
+STATE = os.path.join("supervisor", "run")
 
 
 def marks(run_dir: str, checkpoint_dir: str) -> dict:
@@ -41,9 +43,11 @@ def marks(run_dir: str, checkpoint_dir: str) -> dict:
     return {"checkpoint": checkpoint, "restarting": os.path.isfile(os.path.join(run_dir, RESTART_MARK))}
 
 
-def pack(run_dir: str, node: str, pack_path: str, checkpoint_dir: str | None = None) -> int:
+def pack(run_dir: str, node: str, pack_path: str, checkpoint_dir: str | None = None, state: bool = False) -> int:
     """Pack the node's logs (with its launch output and exit status, and the marks when ``checkpoint_dir`` is
-    given) into ``pack_path``; the number of entries (none: nothing is written, there is nothing to collect)."""
+    given) into ``pack_path``; with ``state``, the run supervisor's state first (``DIR/supervisor/run/``: its
+    attempts, the logs it gathered, the attempts it set aside), at the pack's root. Returns the number of entries
+    (none: nothing is written, there is nothing to collect)."""
     logs = os.path.join(run_dir, "logs", node)
     os.makedirs(logs, exist_ok=True)
     if checkpoint_dir:
@@ -54,12 +58,20 @@ def pack(run_dir: str, node: str, pack_path: str, checkpoint_dir: str | None = N
     for source, name in extras.items():
         if os.path.isfile(source):
             shutil.copyfile(source, os.path.join(logs, name))
-    entries = sorted(os.listdir(logs))
+    entries = [(os.path.join(logs, entry), f"{node}/{entry}") for entry in sorted(os.listdir(logs))]
+    state_dir = os.path.join(run_dir, STATE)
+    if state and os.path.isdir(state_dir):
+        entries = [(os.path.join(state_dir, entry), entry) for entry in sorted(os.listdir(state_dir))] + entries
     if not entries:
         return 0
+    if pack_path == "-":  # to standard output (the run's supervisor reads it over on-node.sh)
+        with tarfile.open(fileobj=sys.stdout.buffer, mode="w|gz") as tar:
+            for path, name in entries:
+                tar.add(path, arcname=name)
+        return len(entries)
     with tarfile.open(pack_path + ".tmp", "w:gz") as tar:
-        for entry in entries:
-            tar.add(os.path.join(logs, entry), arcname=f"{node}/{entry}")
+        for path, name in entries:
+            tar.add(path, arcname=name)
     os.replace(pack_path + ".tmp", pack_path)
     return len(entries)
 
@@ -85,9 +97,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--run-dir", required=True, help="the run's directory inside the container")
     parser.add_argument("--node", required=True, help="this node's inventory name")
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--pack", help="the tarball to write")
+    action.add_argument("--pack", help="the tarball to write (-: to standard output)")
     action.add_argument("--set-aside", help="move the node's logs of an ended attempt into this directory")
     parser.add_argument("--checkpoint-dir", help="with --pack: write marks.json (the checkpoint, the restart mark)")
+    parser.add_argument("--with-state", action="store_true", help="with --pack: the run supervisor's state first")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_dir):
         print(f"the run directory {args.run_dir} does not exist in this container", file=sys.stderr)
@@ -96,7 +109,7 @@ def main(argv: list[str]) -> int:
         moved = set_aside(args.run_dir, args.node, args.set_aside)
         print(json.dumps({"moved": moved, "restarting": os.path.isfile(os.path.join(args.run_dir, RESTART_MARK))}))
         return 0
-    if not pack(args.run_dir, args.node, args.pack, args.checkpoint_dir):
+    if not pack(args.run_dir, args.node, args.pack, args.checkpoint_dir, args.with_state):
         print("no logs on this node: its launch did not start (see the master's fan-out)", file=sys.stderr)
         return 3
     return 0

@@ -1,31 +1,37 @@
-"""The run's supervisor on the cluster: watches an attempt from inside the master's training container, detached
-from every SSH session, so that the watch does not depend on the controller that started it.
+"""The run's supervisor on the cluster: runs a training run's whole lifecycle from inside the master's training
+container, detached from every SSH session, so that neither the watch nor the restarts depend on the controller
+that started it.
 
-    python3 supervise.py start --run-dir DIR --attempt N < request.json   start the watch (or find it running)
-    python3 supervise.py read --run-dir DIR --attempt N --offset BYTES [--wait S]   what it said since BYTES (-L: its
-                                                                                     last L lines)
-    python3 supervise.py evidence --run-dir DIR                           a hang's evidence files, as JSON
-    python3 supervise.py status --run-dir DIR [--take-up]                  the newest watch, as JSON; --take-up starts
-                                                                          its supervisor again when it died unfinished
+    python3 supervise.py start --run-dir DIR < request.json     start the run's supervisor (or find it running)
+    python3 supervise.py read --run-dir DIR --offset BYTES [--wait S]   what it said since BYTES (-L: its last L
+                                                                         lines), and the run's end once it came
+    python3 supervise.py evidence --run-dir DIR                 a hang's evidence files, as JSON
+    python3 supervise.py status --run-dir DIR [--take-up]        where the run stands, as JSON; --take-up starts its
+                                                                 supervisor again when it died before the run ended
 
-The watch is the core's (:func:`trainops.watch.watch` over a :class:`trainops.watch.Watcher`): the run's probe.sh,
-diagnose.sh and the checkpoint scanner run here, in this container, and reach the other nodes over the containers'
-sshd as they always have; a node is called lost only when they cannot reach it. Its files, under
-``DIR/supervisor/``, one set per attempt:
+The lifecycle is the core's (:class:`trainops.lifecycle.Lifecycle` over :class:`trainops.attempts.Attempts`):
+launch (the run's fanout.sh), watch (:func:`trainops.watch.watch`: the run's probe.sh, diagnose.sh and the
+checkpoint scanner run here and reach the other nodes over the containers' sshd), and after a failure: stop, gather
+the logs, the quick health check, judge, choose the save to resume from, set aside, launch again (``-e
+max_restarts``). A node is called lost only when this container cannot reach it. Its files, under
+``DIR/supervisor/``:
 
-    watch-N.request.json   the watch's request (trainops.watch.WatchRequest), as train.yml's action sent it
-    watch-N.pid            the supervisor's process id (its own session, no terminal, no run mark)
-    watch-N.lock           held (flock) by the supervisor for as long as it lives: it runs when the lock is taken
-    watch-N.events         what it says, one JSON line each: {"t": wall clock, "line": text}; rotated to
-                           watch-N.events.1 past 4 MiB (the follower's offsets stay valid: EventLog), under
-                           watch-N.events.lock
-    watch-N.snapshot.json  the watch's result so far, written after every probe (state running)
-    watch-N.result.json    the watch's result once it has ended (or {"error": ...} when the watch itself failed)
-    watch-N.log            its own errors (a traceback, should it die of one)
+    request.json   the run's request: ``{"watch": the watch's arguments (trainops.watch.WatchRequest, the first
+                   attempt's), "run": the lifecycle's (trainops.lifecycle.Lifecycle)}``, as train.yml's action sent it
+    pid            the supervisor's process id (its own session, no terminal, no run mark)
+    lock           held (flock) by the supervisor for as long as it lives: it runs when the lock is taken
+    events         what it says, one JSON line each: {"t": wall clock, "line": text}; rotated to events.1 past 4 MiB
+                   (the follower's offsets stay valid: EventLog), under events.lock
+    snapshot.json  the current attempt's watch so far (its number as ``attempt``), written after every probe
+    result.json    the run's end: ``{"attempt": the last attempt (Attempts.view), "watch": its watch's result}``,
+                   or ``{"error": ...}`` when the supervisor itself failed
+    log            its own errors (a traceback, should it die of one)
+    run/           the lifecycle's state: attempts.json, each node's gathered logs, attempt-K/, health/
 
-``start`` answers one JSON line: ``{"pid", "started", "ended"}``. A supervisor found dead without a result (killed,
-or its container restarted) is started again and takes the watch up from the logs' last 256 KiB, saying so in its
-events. Every file is written whole and renamed into place, or appended a line at a time.
+``start`` answers one JSON line: ``{"pid", "started", "ended"}``. A supervisor found dead before the run ended
+(killed, or its container restarted) is started again and goes on from the step its state says, taking a watch up
+from the logs' last 256 KiB, without launching ranks that are alive. Every file is written whole and renamed into
+place, or appended a line at a time.
 """
 
 from __future__ import annotations
@@ -35,7 +41,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -53,10 +58,10 @@ UNBOUNDED_S = 10**9
 EVENTS_LIMIT = 4 << 20
 
 
-def paths(run_dir: str, attempt: int) -> dict[str, str]:
-    base = os.path.join(run_dir, "supervisor", f"watch-{attempt}")
+def paths(run_dir: str) -> dict[str, str]:
+    base = os.path.join(run_dir, "supervisor")
     names = ("request.json", "pid", "lock", "events", "snapshot.json", "result.json", "log")
-    return {name: f"{base}.{name}" for name in names}
+    return {name: os.path.join(base, name) for name in names} | {"state": os.path.join(base, "run")}
 
 
 def write_json(path: str, value: object) -> None:
@@ -182,29 +187,82 @@ class EventLog:
             self.base, self.size = base_of(self.path), os.fstat(self.fd).st_size
 
 
-def supervise(files: dict[str, str], taken_up_from: int) -> None:
-    """The detached process: the whole watch, its lines to the events, its result to the result file."""
+def on_node_runner(plan_run_dir: str):
+    """``on_node(node, argv, stdin=None, binary=False)`` over the run's on-node.sh (:data:`trainops.lifecycle.OnNode`):
+    ssh's own failure (status 255) is the node unreachable."""
+
+    def on_node(node: str, argv: list[str], stdin: str | None = None, binary: bool = False) -> dict[str, object]:
+        command = ["bash", os.path.join(plan_run_dir, "on-node.sh"), node, *argv]
+        try:
+            done = subprocess.run(command, input=stdin, capture_output=True, text=not binary, timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"rc": None, "stdout": b"" if binary else "", "stderr": "", "failed": True,
+                    "msg": f"{node}: no answer in {COMMAND_TIMEOUT_S} s", "unreachable": argv == ["true"]}  # fmt: skip
+        stderr = done.stderr.decode("utf-8", "replace") if binary else done.stderr
+        reply: dict[str, object] = {"rc": done.returncode, "stdout": done.stdout, "stderr": stderr}
+        if done.returncode != 0:
+            reply.update(failed=True, msg=(stderr or f"exited {done.returncode}").strip())
+        if done.returncode == 255:
+            reply["unreachable"] = True
+        return reply
+
+    return on_node
+
+
+def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
+    """The detached process: the run's lifecycle from the step its state is at, its lines to the events, the run's
+    end to the result file."""
+    from trainops.lifecycle import Lifecycle
     from trainops.watch import ProbeError, Watcher, WatchRequest, watch
 
     say = EventLog(files["events"]).say
-    request = WatchRequest(**read_json(files["request.json"]))
+    request = read_json(files["request.json"])
+    first = request["watch"]
+    life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]),
+                     on_node_runner(first["plan"]["run_dir"]), say)  # fmt: skip
     if taken_up_from:
-        say(f"supervisor: its process {taken_up_from} ended without a result; taking the watch up again (pid "
-            f"{os.getpid()}), from the logs' last 256 KiB")  # fmt: skip
-    watcher = Watcher(request, time.monotonic())
+        say(f"supervisor: its process {taken_up_from} ended before the run did; taking the run up again (pid "
+            f"{os.getpid()}) at its step '{life.step()}'")  # fmt: skip
+    watched, launched_here = None, False
+    while True:
+        step = life.step()
+        if step in ("launch", "next"):
+            view = life.launch()
+            launched_here = True
+        elif step == "watch":
+            view = life.view()
+            snapshot = read_json(files["snapshot.json"]) or {}
+            taking_up = not launched_here and snapshot.get("attempt") == view["number"]
+            known = (snapshot.get("checkpoints") or {}).get("saves") if taking_up else None
+            watch_request = WatchRequest(**dict(first, plan=view["plan"], attempt=view["number"],
+                                                probe=f"{view['plan']['run_dir']}/probe.sh", diagnose=None,
+                                                wait=UNBOUNDED_S, evidence_dir=run_dir, tail=not launched_here,
+                                                known_checkpoints=known or view["checked_saves"]))  # fmt: skip
+            if taking_up:
+                say(f"supervisor: taking attempt {view['number']}'s watch up from the logs' last 256 KiB")
+            watcher = Watcher(watch_request, time.monotonic())
 
-    def probed(watcher: Watcher) -> None:  # the result so far (state running), for anyone who asks
-        write_json(files["snapshot.json"], watcher.result(time.monotonic()))
+            def probed(watcher: Watcher, number: int = view["number"]) -> None:  # the watch so far, for status
+                write_json(files["snapshot.json"], dict(watcher.result(time.monotonic()), attempt=number))
 
-    try:
-        result = watch(watcher, run_here, say, probed)
-    except ProbeError as exc:
-        result = {"error": str(exc)}
-    write_json(files["result.json"], result)
+            try:
+                watched = watch(watcher, run_here, say, probed)
+            except ProbeError as exc:
+                write_json(files["result.json"], {"error": str(exc), "attempt": life.view()})
+                return
+            life.ended(watched)
+            launched_here = False
+        elif step == "after":
+            life.after_failure()
+        else:
+            break
+    if watched is None:  # taken up after the last attempt's watch ended: its result as the snapshot kept it
+        watched = read_json(files["snapshot.json"])
+    write_json(files["result.json"], {"attempt": life.view(), "watch": watched})
 
 
-def start(run_dir: str, attempt: int, request_text: str) -> dict[str, object]:
-    files = paths(run_dir, attempt)
+def start(run_dir: str, request_text: str) -> dict[str, object]:
+    files = paths(run_dir)
     os.makedirs(os.path.dirname(files["pid"]), exist_ok=True)
     if os.path.exists(files["result.json"]):
         return {"pid": 0, "started": False, "ended": True}
@@ -215,16 +273,8 @@ def start(run_dir: str, attempt: int, request_text: str) -> dict[str, object]:
         os.close(lock)
         return {"pid": recorded_pid(files), "started": False, "ended": False}
     taken_up_from = recorded_pid(files)
-    if taken_up_from:  # its supervisor died before the watch ended: take it up from the logs' tail
-        request = dict(read_json(files["request.json"]) or json.loads(request_text), tail=True)
-        snapshot = read_json(files["snapshot.json"]) or {}
-        request["known_checkpoints"] = (snapshot.get("checkpoints") or {}).get("saves") or request.get(
-            "known_checkpoints"
-        )
-    else:
-        request = json.loads(request_text)
-    request.update(wait=UNBOUNDED_S, evidence_dir=run_dir)
-    write_json(files["request.json"], request)
+    if not (taken_up_from and os.path.exists(files["request.json"])):  # a run's first start: its request kept
+        write_json(files["request.json"], json.loads(request_text))
     reader, writer = os.pipe()
     sys.stdout.flush()
     if os.fork() == 0:  # the supervisor: its own session, detached from this exec's output; it keeps the lock
@@ -243,7 +293,7 @@ def start(run_dir: str, attempt: int, request_text: str) -> dict[str, object]:
         os.write(writer, str(os.getpid()).encode())
         os.close(writer)
         try:
-            supervise(files, taken_up_from)
+            supervise(run_dir, files, taken_up_from)
         except BaseException:  # noqa: BLE001 - its log and result say why, for the follower
             traceback.print_exc()
             write_json(files["result.json"], {"error": f"the supervisor failed: {traceback.format_exc(limit=3)}"})
@@ -322,10 +372,11 @@ def _whole_lines(path: str, at: int) -> bytes:
     return chunk[: chunk.rfind(b"\n") + 1]
 
 
-def read(run_dir: str, attempt: int, offset: int, wait: float) -> dict[str, object]:
+def read(run_dir: str, offset: int, wait: float) -> dict[str, object]:
     """The events after ``offset`` (whole lines; a negative offset: the last -offset lines), whether the
-    supervisor lives, and the result once there is one; waits up to ``wait`` seconds for something new."""
-    files = paths(run_dir, attempt)
+    supervisor lives, and the run's end once it came (else the current attempt's watch so far); waits up to
+    ``wait`` seconds for something new."""
+    files = paths(run_dir)
     deadline = time.monotonic() + wait
     if offset < 0:  # a follower that attaches late (status.yml -e follow=true): the last -offset lines first
         with events_locked(files["events"], exclusive=False):
@@ -348,16 +399,6 @@ def read(run_dir: str, attempt: int, offset: int, wait: float) -> dict[str, obje
             "result": result, "snapshot": read_json(files["snapshot.json"]) if result is None else None}  # fmt: skip
 
 
-def newest_attempt(run_dir: str) -> int:
-    """The newest attempt with a watch request under ``DIR/supervisor/`` (0: the run never had a supervisor)."""
-    try:
-        names = os.listdir(os.path.join(run_dir, "supervisor"))
-    except OSError:
-        return 0
-    found = [re.fullmatch(r"watch-(\d+)\.request\.json", name) for name in names]
-    return max((int(match.group(1)) for match in found if match), default=0)
-
-
 def last_lines(path: str, count: int = 3) -> list[str]:
     """The last ``count`` lines the supervisor said (from the events' last 64 KiB)."""
     try:
@@ -375,37 +416,23 @@ def last_lines(path: str, count: int = 3) -> list[str]:
     return lines[-count:]
 
 
-def live_attempt(run_dir: str) -> int:
-    """The attempt the run's ranks belong to: the one after the last set aside (``DIR/attempt-K``), else 1."""
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return 1
-    found = [re.fullmatch(r"attempt-(\d+)", name) for name in names]
-    return 1 + max((int(match.group(1)) for match in found if match), default=0)
-
-
 def status(run_dir: str, take_up: bool) -> dict[str, object]:
-    """The run's current watch: its attempt, the supervisor's pid (0: gone), since when it runs, whether the watch
-    ended, its state (the result's, else the snapshot's), its last lines; ``unwatched`` when the attempt the ranks
-    belong to has no watch (the train.yml that launched it stopped before it started one). With ``take_up``, a
-    supervisor found dead before its watch ended is started again (``taken_up_from``: the pid that died); it takes
-    the watch up from the logs' tail, as when train.yml's follower finds it dead."""
-    attempt = newest_attempt(run_dir)
-    if not attempt:
+    """Where the run stands: its current attempt, the supervisor's pid (0: gone), since when it runs, whether the run
+    ended, its state (the end's, else the current attempt's watch so far), its last lines; ``attempt`` 0 when the
+    run never had a supervisor. With ``take_up``, a supervisor found dead before the run ended is started again
+    (``taken_up_from``: the pid that died); it goes on from the step the run's state is at, as when train.yml's
+    follower finds it dead."""
+    files = paths(run_dir)
+    if not os.path.exists(files["request.json"]):
         return {"attempt": 0, "run_dir": run_dir}
-    live = live_attempt(run_dir)
-    if live > attempt:
-        return {"attempt": live, "run_dir": run_dir, "pid": 0, "taken_up_from": 0, "unwatched": True}
-    files = paths(run_dir, attempt)
     pid, result = alive(files), read_json(files["result.json"])
-    answer: dict[str, object] = {"attempt": attempt, "run_dir": run_dir, "pid": pid, "taken_up_from": 0}
+    answer: dict[str, object] = {"run_dir": run_dir, "pid": pid, "taken_up_from": 0}
     if take_up and result is None and not pid:
         dead = recorded_pid(files)
         with open(files["request.json"], encoding="utf-8") as handle:
             request_text = handle.read()
         for _ in range(25):  # the lock may be held a moment by a reader's look, or by another start
-            began = start(run_dir, attempt, request_text)
+            began = start(run_dir, request_text)
             if began["started"]:
                 answer.update(pid=began["pid"], taken_up_from=dead)
                 break
@@ -420,14 +447,18 @@ def status(run_dir: str, take_up: bool) -> dict[str, object]:
         since = os.stat(files["pid"]).st_mtime
     except OSError:
         since = None
-    shown = result if isinstance(result, dict) else read_json(files["snapshot.json"])
-    answer.update(
-        since=since,
-        ended=result is not None,
-        state=(shown or {}).get("state") or ("error" if isinstance(result, dict) and "error" in result else None),
-        events=files["events"],
-        last=last_lines(files["events"]),
-    )
+    state = read_json(os.path.join(files["state"], "attempts.json")) or {}
+    snapshot = read_json(files["snapshot.json"]) or {}
+    attempt = ((state.get("current") or {}).get("number")) or snapshot.get("attempt") or 1
+    ended = isinstance(result, dict)
+    if ended and "error" in result:
+        shown = "error"
+    elif ended:
+        shown = ((result.get("attempt") or {}).get("outcome") or {}).get("state")
+    else:
+        shown = snapshot.get("state") if snapshot.get("attempt") == attempt else "starting"
+    answer.update(attempt=attempt, since=since, ended=ended, state=shown, events=files["events"],
+                  last=last_lines(files["events"]))  # fmt: skip
     return answer
 
 
@@ -448,8 +479,6 @@ def main(argv: list[str]) -> int:
     for name in ("start", "read", "evidence", "status"):
         sub = commands.add_parser(name)
         sub.add_argument("--run-dir", required=True, help="the run's directory in this container")
-        if name in ("start", "read"):
-            sub.add_argument("--attempt", type=int, required=True, help="the attempt's number")
         if name == "status":
             sub.add_argument("--take-up", action="store_true", help="start a supervisor that died unfinished again")
         if name == "read":
@@ -457,9 +486,9 @@ def main(argv: list[str]) -> int:
             sub.add_argument("--wait", type=float, default=0.0, help="seconds to wait for something new")
     args = parser.parse_args(argv)
     if args.command == "start":
-        answer = start(args.run_dir, args.attempt, sys.stdin.read())
+        answer = start(args.run_dir, sys.stdin.read())
     elif args.command == "read":
-        answer = read(args.run_dir, args.attempt, args.offset, args.wait)
+        answer = read(args.run_dir, args.offset, args.wait)
     elif args.command == "status":
         answer = status(args.run_dir, args.take_up)
     else:

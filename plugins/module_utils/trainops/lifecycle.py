@@ -1,0 +1,296 @@
+"""The run's lifecycle on the cluster: what the run's supervisor does from one attempt's launch to the next.
+
+The supervisor (``node/supervise.py``) runs in the master's training container, detached from every SSH session,
+for as long as the run lives. It runs the core's steps (:class:`trainops.attempts.Attempts`, whose state it keeps in
+``<run_dir>/supervisor/run/attempts.json``) in order, and reaches every node with the run's ``on-node.sh`` (the
+containers' sshd, the cluster key, every host key pinned: the fan-out's own path):
+
+* :meth:`Lifecycle.launch`: the attempt begins (:meth:`Attempts.begin`) and the run's ``fanout.sh`` starts every
+  node's launch;
+* the watch (:func:`trainops.watch.watch`, run by the supervisor), then :meth:`Lifecycle.ended`;
+* after a failure, :meth:`Lifecycle.after_failure`: every node of the plan is reached (a node that neither the
+  master nor its sshd can reach is lost: called so from inside the cluster, never by the controller); what is left
+  of the attempt is stopped on each node that answers (the node package's ``run_groups.py``); with
+  ``-e max_restarts``, each node's logs are gathered here (``pack_logs.py --pack -``), the quick health check runs
+  on the nodes that answer (``node_facts.py``, judged by :func:`trainops.health.judge`), the attempt is judged
+  (:meth:`Attempts.judge`), the save the next attempt resumes from is chosen on its master
+  (``checkpoint_scan.py``, :func:`trainops.identity.resume_choice`), the attempt's logs are set aside on every node
+  that stays (reading the restart mark again: stop.yml ends the restarts) and the next attempt is launched.
+
+The state directory mirrors the run's directory on the controller (``attempts.json``, ``<node>/`` logs,
+``attempt-<k>/``, ``health/``), which train.yml and status.yml fetch. Every step reads the state the last one wrote,
+so a supervisor killed at any point and started again goes on from the step it was at (:meth:`Lifecycle.step`).
+
+What the supervisor cannot see from inside the cluster: the container's image and state as the node's docker
+reports them, and the node's kernel log (both the host's). Its health check after a failure reads everything
+``node_facts.py`` reads (the cards, the software, the free space); the kernel log's check is marked skipped, and a
+node whose container does not answer is lost, as an unreachable node. health.yml and train.yml's check before the
+first launch look at both from the controller.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import health, identity
+from .attempts import Attempts, read_marks
+from .errors import PlanError
+from .records import RecordError
+from .run_report import write_report
+from .straggler import DEFAULT_RATIO
+
+#: ``on_node(node, argv, stdin=None, binary=False)``: run argv on a node of the plan, answered as docker exec is
+#: (``rc``, ``stdout``, ``stderr``; ``failed`` and ``msg`` when rc is not 0; ``unreachable`` when ssh could not
+#: reach the node).
+OnNode = Callable[..., dict[str, Any]]
+#: Seconds a stop waits after SIGTERM before SIGKILL (the stop script's, and stop.yml's).
+STOP_GRACE_S = 30
+#: The state directory under the run's directory on the supervisor's host.
+STATE_DIR = os.path.join("supervisor", "run")
+
+
+def _why(reply: Mapping[str, Any], limit: int = 300) -> str:
+    text = reply.get("msg") or reply.get("stderr") or reply.get("stdout") or "no answer"
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return " ".join(str(text).split())[:limit]
+
+
+def _safe_members(tar: tarfile.TarFile, node: str):
+    """The pack's regular files and directories under ``<node>/`` (nothing that leaves it, no link)."""
+    for member in tar:
+        name = os.path.normpath(member.name)
+        if (member.isfile() or member.isdir()) and (name == node or name.startswith(f"{node}/")):
+            yield member
+
+
+class Lifecycle:
+    """One run's attempts, stepped by the supervisor. ``request``: what train.yml gave it (``supervise.py start``):
+
+    * ``plan``: the first attempt's plan; ``resumes_from``, ``checked_saves``: the save train.yml's check chose
+      and that scan's verdicts; ``run_started``: the train.yml run (names the state); ``launched``: who started
+      the first attempt's launches when the supervisor does not (a Slurm job's tasks), else empty; ``watch_only``:
+      the run's ranks were launched before it had a supervisor (status.yml -e follow=true starts one): it watches,
+      and changes nothing after a failure;
+    * ``options``: the run's options (``max_restarts``, ``elastic``, ``min_nodes``, ``health``,
+      ``verify_checkpoints``, ``straggler_ratio``);
+    * ``programs``: the node package's programs in the containers; ``health``: ``device_tool``,
+      ``megatron_home`` and ``expected`` (the card's memory, the checkpoint's size, the free space) for the check
+      after a failure.
+    """
+
+    def __init__(self, run_dir: str, request: Mapping[str, Any], on_node: OnNode, say: Callable[[str], None]):
+        self.run_dir, self.request, self.on_node, self.say = run_dir, request, on_node, say
+        self.state_dir = os.path.join(run_dir, STATE_DIR)
+        os.makedirs(self.state_dir, exist_ok=True)
+        self.attempts = Attempts(self.state_dir)
+        self.options = dict(request.get("options") or {})
+        self.programs = request["programs"]
+
+    # --- where the run is -------------------------------------------------------------------------------------
+    def step(self) -> str:
+        """The step the run is at, from its state: ``launch``, ``watch``, ``after`` (the failed attempt's stop,
+        judge, resume choice and set-aside), ``next`` (the next attempt's launch), or ``done``."""
+        current = self.attempts.state.get("current")
+        if current is None:
+            return "launch"
+        if "fanout" not in current:
+            return "launch"
+        if current.get("outcome") is None:
+            return "watch"
+        if current["outcome"].get("state") != "failed":
+            return "done"
+        if current.get("after_done"):
+            return "next" if current.get("next_step") in ("relaunch", "replan") else "done"
+        return "after"
+
+    def view(self) -> dict[str, Any]:
+        return self.attempts.view()
+
+    # --- the steps --------------------------------------------------------------------------------------------
+    def launch(self) -> dict[str, Any]:
+        """Begin the attempt (the first, or the next a failure's steps prepared) unless it has begun, and start
+        every node's launch from here with the run's fanout.sh."""
+        current = self.attempts.state.get("current")
+        if current is None or "fanout" in current:
+            request = self.request
+            view = self.attempts.begin(
+                request["plan"],
+                request.get("resumes_from") or "",
+                time.time(),
+                float(request["run_started"]),
+                request.get("checked_saves") or [],
+            )
+            self.say(f"attempt {view['number']} begins on {', '.join(self._names(view['plan']))}")
+        plan = self.attempts.current["plan"]
+        if self.attempts.current["number"] == 1 and self.request.get("launched"):
+            # a Slurm job's tasks start the launches (train.yml wrote slurm-go), or status.yml follows ranks that
+            # were launched before the run had a supervisor: nothing is started here
+            return self.attempts.launched({"rc": 0, "stdout": str(self.request["launched"]), "stderr": ""})
+        fanout = self.on_node(plan["master"], ["bash", f"{plan['run_dir']}/fanout.sh"])
+        fanout = {k: fanout.get(k) for k in ("rc", "stdout", "stderr", "msg") if fanout.get(k) is not None}
+        if fanout.get("rc") != 0:
+            self.say(f"{plan['master']}: the fan-out failed: {_why(fanout)}")
+        return self.attempts.launched(fanout)
+
+    def ended(self, watched: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The attempt's outcome from its fan-out and the supervisor's watch."""
+        return self.attempts.end(self.attempts.current.get("fanout") or {}, watched, time.time())
+
+    def after_failure(self) -> dict[str, Any]:
+        """A failed attempt's steps on the cluster (the module's docstring), each said as it is done; returns the
+        current attempt, whose ``next`` says whether another is launched."""
+        plan = self.attempts.current["plan"]
+        if self.request.get("watch_only"):  # status.yml's supervisor of ranks launched before one: no step of its own
+            return self._after_done()
+        names = self._names(plan)
+        reach = {name: self._reach(name) for name in names}
+        answering = [name for name in names if not reach[name].get("unreachable")]
+        for name in names:
+            if reach[name].get("unreachable"):
+                self.say(f"{name}: unreachable from the master ({_why(reach[name])}): it gets no rank again")
+        self._stop(plan, answering)
+        if int(self.options.get("max_restarts") or 0) <= 0:
+            return self._after_done()
+        for name in answering:
+            self._gather(plan, name)
+        unhealthy = self._health(plan, answering) if self.options.get("health", "exclude") != "off" else {}
+        ratio = float(self.options.get("straggler_ratio") or DEFAULT_RATIO)
+        summary = write_report(self.state_dir, plan, self.attempts.current["outcome"], ratio)
+        try:
+            marks = read_marks(self.state_dir, plan["master"])
+        except RecordError as exc:  # judged as if not collected: the run goes on
+            self.say(f"warning: {exc}")
+            marks = None
+        # no node "leaves a play" here: one the master cannot reach is lost by its reach alone
+        view = self.attempts.judge(self.options, summary, marks, names, reach, unhealthy)
+        self.say(view["message"])
+        if view["next"] == "replan":
+            # the elastic re-plan needs the layout and the launch files rendered anew: train.yml's, for now
+            view = self.attempts.replanned(None, "an elastic re-plan is made by train.yml on the controller")
+            self.say(view["message"])
+        if view["next"] in ("relaunch", "replan"):
+            view = self._resume(view)
+        if view["next"] in ("relaunch", "replan"):
+            view = self._set_aside(view)
+        return self._after_done()
+
+    # --- what the steps do on the nodes -------------------------------------------------------------------------
+    @staticmethod
+    def _names(plan: Mapping[str, Any]) -> list[str]:
+        return [node["name"] for node in plan["nodes"]]
+
+    def _reach(self, name: str) -> dict[str, Any]:
+        reply = self.on_node(name, ["true"])
+        if reply.get("rc") == 0:
+            return {}
+        return {"unreachable": True, "msg": _why(reply)}
+
+    def _stop(self, plan: Mapping[str, Any], answering: list[str]) -> None:
+        """What is left of the attempt stopped on every node that answers (SIGTERM, grace, SIGKILL)."""
+        for name in answering:
+            argv = ["python3", f"{self.programs}/run_groups.py", "stop", name, plan["work_home"],
+                    "--run-dir", plan["run_dir"], "--grace", str(STOP_GRACE_S)]  # fmt: skip
+            reply = self.on_node(name, argv)
+            try:
+                stopped = json.loads(reply.get("stdout") or "")
+            except ValueError:
+                self.say(f"{name}: the stop of attempt {self.attempts.current['number']} failed: {_why(reply)}")
+                continue
+            if stopped.get("stopped"):
+                groups = ", ".join(str(group.get("pgid")) for group in stopped["stopped"])
+                self.say(f"{name}: stopped what was left of the attempt (process groups {groups})")
+            if reply.get("rc") != 0:
+                self.say(f"{name}: processes survive SIGKILL ({_why(reply)}): check the node's driver and file "
+                         "systems; a reboot may be needed")  # fmt: skip
+
+    def _gather(self, plan: Mapping[str, Any], name: str) -> None:
+        """The node's logs of the attempt (with the master's marks), unpacked into the state directory."""
+        argv = ["python3", f"{self.programs}/pack_logs.py", f"--run-dir={plan['run_dir']}", f"--node={name}"]
+        argv.append("--pack=-")
+        if name == plan["master"]:
+            argv.append(f"--checkpoint-dir={plan['checkpoint_dir']}")
+        reply = self.on_node(name, argv, binary=True)
+        if reply.get("rc") != 0:
+            self.say(f"{name}: no logs gathered: {_why(reply)}")
+            return
+        try:
+            with tarfile.open(fileobj=io.BytesIO(reply["stdout"]), mode="r:gz") as tar:
+                tar.extractall(self.state_dir, members=list(_safe_members(tar, name)))  # noqa: S202 - members checked
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            self.say(f"{name}: its logs could not be unpacked: {exc}")
+
+    def _health(self, plan: Mapping[str, Any], answering: list[str]) -> dict[str, str]:
+        """The quick health check of the nodes that answer (``node_facts.py`` on each), judged here; the nodes the
+        policy leaves out, each with its verdict's reason. The record goes to the state's ``health/``."""
+        checked = self.request.get("health") or {}
+        slots = {node["name"]: node["slots"] for node in plan["nodes"]}
+        facts = {}
+        for name in answering:
+            tool = checked.get("device_tool") or ""
+            argv = ["python3", f"{self.programs}/node_facts.py", f"--device-tool={tool}",
+                    f"--megatron-home={checked.get('megatron_home', '')}",
+                    f"--disk-path={plan['checkpoint_dir']}"]  # fmt: skip
+            facts[name] = health.node_facts(self.on_node(name, argv), slots.get(name), tool)
+        if not facts:
+            return {}
+        verdicts = health.judge(facts, checked.get("expected") or {})
+        health.record(os.path.join(self.state_dir, "health"), "quick", verdicts, facts, time.time(),
+                      f"the run's supervisor, after attempt {self.attempts.current['number']}")  # fmt: skip
+        self.say("\n".join(["health       after the failure, from the master:", *health.lines(verdicts)]))
+        use = set(self.options.get("use_nodes") or [])
+        left = health.left_out(verdicts, self.options.get("health") or "exclude")
+        return {name: verdicts[name]["reason"] for name in left if name not in use}
+
+    def _resume(self, view: dict[str, Any]) -> dict[str, Any]:
+        """The save the next attempt resumes from, chosen on its master (newer saves set aside, the tracker set)."""
+        plan, master = view["next_plan"], view["next_plan"]["master"]
+        scan = self.on_node(master, ["python3", f"{self.programs}/checkpoint_scan.py", "scan", plan["checkpoint_dir"],
+                                     "--args"])  # fmt: skip
+        verify = self.options.get("verify_checkpoints", True)
+        try:
+            choice = identity.resume_choice(scan, plan, bool(verify), master, view["failed_loads"])
+        except PlanError as exc:
+            choice = {"refused": "; ".join(exc.problems), "lines": []}
+        if not choice.get("refused") and (choice.get("set_aside") or choice.get("tracker") is not None):
+            argv = ["python3", f"{self.programs}/checkpoint_scan.py", "resume", plan["checkpoint_dir"],
+                    "--tag", plan["run_id"]]  # fmt: skip
+            argv += ["--tracker", str(choice["tracker"])] if choice.get("tracker") is not None else []
+            argv += ["--set-aside", *choice.get("set_aside", [])]
+            applied = self.on_node(master, argv)
+            if applied.get("rc") != 0:
+                choice = {"refused": f"{master}: the saves could not be set aside: {_why(applied)}", "lines": []}
+        view = self.attempts.resume(choice)
+        self.say(view["message"])
+        return view
+
+    def _set_aside(self, view: dict[str, Any]) -> dict[str, Any]:
+        """The attempt's logs set aside on every node that ran it and runs the next, reading the restart mark
+        again (stop.yml removes it: the restarts end); then the state's files of the attempt."""
+        ran = self._names(self.attempts.current["plan"])
+        stays = [name for name in self._names(view["next_plan"]) if name in ran]
+        target = f"{view['next_plan']['run_dir']}/attempt-{view['number']}"
+        restarting = None
+        for name in stays:
+            reply = self.on_node(name, ["python3", f"{self.programs}/pack_logs.py",
+                                        f"--run-dir={view['next_plan']['run_dir']}", f"--node={name}",
+                                        f"--set-aside={target}"])  # fmt: skip
+            try:
+                read = json.loads(reply.get("stdout") or "")
+            except ValueError:
+                self.say(f"{name}: its logs of attempt {view['number']} could not be set aside: {_why(reply)}")
+                continue
+            restarting = read["restarting"] if restarting is None else restarting
+        view = self.attempts.prepare(True if restarting is None else bool(restarting))
+        if view["next"] == "end":
+            self.say(f"attempt {view['number'] + 1} is not started: {view['decision']['reason']}")
+        return view
+
+    def _after_done(self) -> dict[str, Any]:
+        return self.attempts.after_done()

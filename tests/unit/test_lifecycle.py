@@ -1,0 +1,121 @@
+"""The run's lifecycle on the cluster (trainops.lifecycle), stepped as the supervisor steps it, with the node
+package's own programs (run_groups.py, pack_logs.py, node_facts.py, checkpoint_scan.py) run for real on this
+machine: each node of the plan is a run directory here, reached by a runner that runs the command in it (the
+testbed's tests reach real containers over their sshd with the run's on-node.sh)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from presets import load_preset, make_plan
+from trainops.lifecycle import STATE_DIR, Lifecycle
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "plugins" / "module_utils" / "trainops" / "node"
+HOSTS = [
+    {"name": "node1", "ansible_host": "172.30.0.11", "slots": 2, "accelerator": "cpu"},
+    {"name": "node2", "ansible_host": "172.30.0.12", "slots": 2, "accelerator": "cpu"},
+]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """The run's directory (shared by both nodes here, as on the testbed's shared storage), each node's logs and
+    exit status of a failed attempt, the restart mark, and a runner that answers as on-node.sh does."""
+    run_dir, work_home = tmp_path / "work" / "runs" / "life" / "r1", tmp_path / "work"
+    layout = {"train_iters": 100, "seq_length": 128, "gbs": 8, "precision": "bf16"}
+    plan = make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=layout, run_id="r1", exp_name="life")
+    plan = dict(plan, run_dir=str(run_dir), work_home=str(work_home), checkpoint_dir=str(tmp_path / "ckpt"))
+    for node, rc in (("node1", 1), ("node2", 137)):
+        (run_dir / "logs" / node).mkdir(parents=True)
+        (run_dir / "logs" / node / "torchrun.log").write_text(f"{node}'s agent\n")
+        (run_dir / "exit").mkdir(exist_ok=True)
+        (run_dir / "exit" / f"{node}.rc").write_text(f"{rc}\n")
+    (run_dir / "restarting").write_text("restarts\n")
+    (tmp_path / "ckpt").mkdir()
+    unreachable: set[str] = set()
+    calls: list[tuple[str, list[str]]] = []
+
+    def on_node(node, argv, stdin=None, binary=False):
+        calls.append((node, argv))
+        if node in unreachable:
+            return {"rc": 255, "stdout": b"" if binary else "", "stderr": "ssh: connect to host: No route to host",
+                    "failed": True, "msg": "ssh: connect to host: No route to host", "unreachable": True}  # fmt: skip
+        argv = [sys.executable if part == "python3" else part for part in argv]
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=not binary, timeout=60)
+        reply = {"rc": done.returncode, "stdout": done.stdout,
+                 "stderr": done.stderr.decode() if binary else done.stderr}  # fmt: skip
+        if done.returncode:
+            reply.update(failed=True, msg=reply["stderr"])
+        return reply
+
+    said: list[str] = []
+    request = {"plan": plan, "programs": str(PROGRAMS), "run_started": 1.0, "launched": "the test",
+               "options": {"max_restarts": 1, "health": "warn", "verify_checkpoints": True},
+               "health": {"device_tool": "nvidia-smi", "megatron_home": str(tmp_path)}}  # fmt: skip
+    life = Lifecycle(str(run_dir), request, on_node, said.append)
+    return life, run_dir, said, unreachable, calls
+
+
+FAILED = {
+    "state": "failed",
+    "kind": "exited",
+    "node": "node2",
+    "reason": "torchrun on node2 exited with status 137",
+    "last_iteration": {"iteration": 13},
+    "first_iteration_s": 5.0,
+}
+
+
+def test_a_failed_attempt_is_stopped_judged_set_aside_and_the_next_one_prepared(cluster):
+    life, run_dir, said, _, calls = cluster
+    assert life.step() == "launch"
+    life.launch()  # launched by "the test": nothing is started
+    assert life.step() == "watch" and not any(argv[-1].endswith("fanout.sh") for _, argv in calls)
+    life.ended(FAILED)
+    assert life.step() == "after"
+    view = life.after_failure()
+    assert view["next"] == "relaunch" and life.step() == "next", said
+    state = run_dir / STATE_DIR
+    # judged from the logs gathered from both nodes, recorded, and set aside with them
+    record = json.loads((state / "attempt-1" / "attempt.json").read_text())
+    assert record["attempt"] == 1 and record["state"] == "failed"
+    assert (state / "attempt-1" / "node2" / "exit.rc").read_text().strip() == "137"
+    # on the nodes, the attempt's logs moved aside for the next launch; the restart mark stays
+    assert (run_dir / "attempt-1" / "logs" / "node1" / "torchrun.log").exists() and not (
+        run_dir / "logs" / "node1"
+    ).exists()
+    assert (run_dir / "restarting").exists()
+    # the quick health check ran on both nodes (no device tool here: the nodes' cards cannot be read)
+    assert any(line.startswith("health       after the failure, from the master:") for line in said), said
+    assert any("attempt 2 resumes from a fresh start (no save)" in line for line in said), said
+    # a supervisor killed now and started again launches attempt 2, not the steps again
+    again = Lifecycle(str(run_dir), life.request, life.on_node, said.append)
+    assert again.step() == "next"
+
+
+def test_a_restart_mark_removed_by_stop_yml_ends_the_run(cluster):
+    life, run_dir, said, _, _ = cluster
+    life.launch()
+    life.ended(dict(FAILED, kind="stopped"))
+    (run_dir / "restarting").unlink()
+    view = life.after_failure()
+    assert view["next"] == "end" and life.step() == "done"
+    assert "stop.yml" in view["decision"]["reason"], view["decision"]
+
+
+def test_a_node_the_master_cannot_reach_is_lost_and_without_elastic_the_run_ends_naming_it(cluster):
+    life, _, said, unreachable, calls = cluster
+    unreachable.add("node2")
+    life.launch()
+    life.ended(FAILED)
+    view = life.after_failure()
+    assert view["next"] == "end" and "node2" in view["lost"], view
+    assert "unreachable" in view["lost"]["node2"] and "No route to host" in view["lost"]["node2"]
+    assert "node2: unreachable from the master (ssh: connect to host: No route to host): it gets no rank again" in said
+    # nothing but the reach was tried on it
+    assert [argv for node, argv in calls if node == "node2"] == [["true"]]
