@@ -145,6 +145,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+request:
+  description: The options as given (the run's supervisor plans an elastic re-plan on the cluster from them).
+  returned: success
+  type: dict
 plan:
   description: Everything derived; written as plan.json by plan.yml.
   returned: success
@@ -192,7 +196,8 @@ def main() -> None:
             msg=f"the layout is refused ({len(exc.problems)} problem(s)); nothing was written:\n{exc}",
             problems=exc.problems,
         )
-    module.exit_json(changed=False, plan=plan)
+    # the request as given: the run's supervisor plans an elastic re-plan on the cluster from it (trainops.lifecycle)
+    module.exit_json(changed=False, plan=plan, request=module.params)
 
 
 if __name__ == "__main__":

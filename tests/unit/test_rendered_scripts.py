@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from presets import load_preset, make_plan
 from trainops.backend import load_profile
+from trainops.inputs import rendered_files
+from trainops.render import environment, render_files
 
 pytestmark = pytest.mark.playbook
 
@@ -67,6 +69,8 @@ def render_all(tmp_path: Path, accelerator: str, smoke: bool) -> dict[str, str]:
         "render_py_spy": HOSTILE,
         "render_stop_grace_s": 5,
         "render_node_programs": HOSTILE,
+        "render_reach": bad_plan["nodes"],
+        "render_here": bad_plan["master"],
         "slurm_plan": bad_plan,
         "slurm_options": [HOSTILE, "--nodes=2"],
         "slurm_batch_container": HOSTILE,
@@ -191,3 +195,17 @@ def test_every_template_keeps_hostile_values_quoted(tmp_path, accelerator, smoke
         checked = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
         assert checked.returncode == 0, f"{name}: {checked.stderr}"
         assert unsafe_lines(text) == [], f"{name}: a value stands outside its quotes on line(s) {unsafe_lines(text)}"
+
+
+def test_the_supervisors_renderer_writes_what_the_render_role_writes(tmp_path):
+    """An elastic re-plan's files are rendered on the cluster by trainops.render (plain Jinja2): for the same plan
+    and variables every template gives the render role's text, byte for byte (here with every value hostile)."""
+    by_ansible = render_all(tmp_path, "musa", False)
+    variables = json.loads((tmp_path / "vars.json").read_text())
+    templates = {p.name[: -len(".j2")]: p.read_text() for p in (ROOT / "templates").glob("*.j2")}
+    env = environment(templates)
+    for name in templates:
+        text = env.get_template(name).render(dict(variables, node=variables["render_plan"]["nodes"][0]))
+        assert text == by_ansible[f"{name}.j2"], name
+    written = render_files(variables["render_plan"], templates, variables)
+    assert sorted(written) == sorted({f["name"] for f in rendered_files(variables["render_plan"])} | {"plan.json"})

@@ -38,10 +38,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import health, identity
+from . import health, identity, node_choice
 from .attempts import Attempts, read_marks
 from .errors import PlanError
+from .plan import make_plan
+from .plan_request import PlanRequest
 from .records import RecordError
+from .render import render_files
 from .run_report import write_report
 from .straggler import DEFAULT_RATIO
 
@@ -172,9 +175,7 @@ class Lifecycle:
         view = self.attempts.judge(self.options, summary, marks, names, reach, unhealthy)
         self.say(view["message"])
         if view["next"] == "replan":
-            # the elastic re-plan needs the layout and the launch files rendered anew: train.yml's, for now
-            view = self.attempts.replanned(None, "an elastic re-plan is made by train.yml on the controller")
-            self.say(view["message"])
+            view = self._replan(view, reach)
         if view["next"] in ("relaunch", "replan"):
             view = self._resume(view)
         if view["next"] in ("relaunch", "replan"):
@@ -247,6 +248,50 @@ class Lifecycle:
         use = set(self.options.get("use_nodes") or [])
         left = health.left_out(verdicts, self.options.get("health") or "exclude")
         return {name: verdicts[name]["reason"] for name in left if name not in use}
+
+    def _replan(self, view: dict[str, Any], reach: Mapping[str, Any]) -> dict[str, Any]:
+        """The elastic re-plan (``-e elastic=true``): the same run planned on the nodes that remain, a spare that
+        answers in the place of each node lost (tp, pp, cp and the global batch kept), its launch files rendered
+        here from train.yml's templates and variables and written into every node of the new plan; or, when they
+        cannot hold it, the run ends with why."""
+        replan = self.request.get("replan") or {}
+        plan = self.attempts.current["plan"]
+        left_out = {**(replan.get("left_out") or {}), **view["lost"]}
+        spares = [name for name in replan.get("spares") or [] if name not in self._names(plan)]
+        free = [name for name in spares if name not in left_out and not self._reach(name).get("unreachable")]
+        inventory = {host["name"]: host for host in replan.get("inventory") or []}
+        slots = {name: host.get("slots") for name, host in inventory.items()}
+        nodes, lines = node_choice.plan_nodes(self._names(plan), free, left_out, slots)
+        for line in lines:
+            self.say(line)
+        try:
+            if not replan:
+                raise PlanError(["train.yml gave the supervisor no re-plan request (a run of an older bundle)"])
+            layout = dict(replan["request"]["layout"], gbs=plan["global_batch_size"], num_microbatches=None)
+            request = dict(replan["request"], layout=layout, exp_name=plan["exp_name"], run_id=plan["run_id"],
+                           recommend=False, hosts=[{k: v for k, v in inventory[name].items() if k != "master"}
+                                                   for name in nodes])  # fmt: skip
+            new_plan = make_plan(PlanRequest.from_options(request))
+        except (PlanError, KeyError, TypeError) as exc:
+            why = "; ".join(exc.problems) if isinstance(exc, PlanError) else f"a bad re-plan request ({exc})"
+            view = self.attempts.replanned(None, why)
+            self.say(view["message"])
+            return view
+        view = self.attempts.replanned(new_plan)
+        self.say(view["message"])
+        render = replan["render"]
+        files = {
+            name: text for name, (text, _) in render_files(new_plan, render["templates"], render["variables"]).items()
+        }
+        ran = set(self._names(plan))
+        for name in self._names(new_plan):
+            extra = {} if name in ran else {"restarting": "the run restarts after a failure (-e max_restarts)\n"}
+            argv = ["python3", f"{self.programs}/write_run_files.py", "--run-dir", new_plan["run_dir"], "--node", name,
+                    "--work-home", new_plan["work_home"], *replan.get("write_args", [])]  # fmt: skip
+            written = self.on_node(name, argv, json.dumps(dict(files, **extra)))
+            if written.get("rc") != 0:
+                self.say(f"{name}: the re-plan's files could not be written: {_why(written)}")
+        return view
 
     def _resume(self, view: dict[str, Any]) -> dict[str, Any]:
         """The save the next attempt resumes from, chosen on its master (newer saves set aside, the tracker set)."""
