@@ -54,6 +54,14 @@ def kill_controller(job: subprocess.Popen) -> None:
     job.wait(timeout=30)
 
 
+#: The newest rank on node2 (global rank 3) of the smoke job, killed as a crash would.
+KILL_RANK_3 = "kill -9 $(pgrep -n -f 'python3 -u .*smoke_trai[n].py')"
+
+
+def rank_is_running(node: str) -> bool:
+    return bool(in_container(node, "pgrep -f 'python3 -u .*smoke_trai[n].py'", check=False).stdout.strip())
+
+
 def iterations(text: str) -> list[int]:
     return [int(n) for n in re.findall(r"iteration (\d+)/100000", text)]
 
@@ -71,6 +79,7 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
 ):
     exp = "controller-faults"
     clean_experiment(exp)
+    supervisor = f"/data/mtt-train-ops/runs/{exp}/*/supervisor"
     log = tmp_path / "train.out"
     # Defaults overridden, and why: train_wait (default 86,400 s) bounds how long this terminal follows a run of
     # 100,000 iterations (it is killed before); max_restarts=1 (default 0) so that a wrongly failed attempt would be
@@ -104,12 +113,12 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         before, after = iterations(output[:lost]), iterations(output[again.end() :])
         assert before and after and min(after) > max(before), output[-5000:]
         assert "attempt 2" not in output, output[-5000:]
-        # no restart, no failure, no incident: one attempt, never ended
-        attempts = json.loads((latest_run(exp) / "attempts.json").read_text())
+        # no restart, no failure, no incident: one attempt, never ended (the run's state is its supervisor's)
+        attempts = json.loads(in_container("node1", f"cat {supervisor}/run/attempts.json").stdout)
         assert attempts["current"]["number"] == 1 and attempts["records"] == [], attempts
+        assert "outcome" not in attempts["current"], attempts
         assert not (ROOT / "runs" / "incidents.jsonl").exists() or not (ROOT / "runs" / "incidents.jsonl").read_text()
-        supervisor = f"/data/mtt-train-ops/runs/{exp}/*/supervisor/watch-1"
-        first = in_container("node1", f"cat {supervisor}.pid").stdout.strip()
+        first = in_container("node1", f"cat {supervisor}/pid").stdout.strip()
         assert in_container("node1", f"test -d /proc/{first}", check=False).returncode == 0
         # the supervisor killed: the ranks go on; the next status.yml starts it again and follows it from here
         in_container("node1", f"kill -KILL {first}")
@@ -119,9 +128,10 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         assert followed.returncode == 0, followed.stdout[-5000:]
         shown = followed.stdout
         taken = re.search(rf"watched  by its supervisor, started again now \(pid (\d+) in node1's container\): its "
-                          rf"process {first} had ended before attempt 1's watch did", shown)  # fmt: skip
+                          rf"process {first} had ended before the run did; it goes on from the run's state, at "
+                          rf"attempt 1", shown)  # fmt: skip
         assert taken, shown[-5000:]
-        assert f"supervisor: its process {first} ended without a result; taking the watch up again" in shown
+        assert f"supervisor: its process {first} ended before the run did; taking the run up again" in shown
         assert re.search(r"attempt 1: still running, its supervisor watches on; last progress: iteration \d+", shown)
         assert in_container("node1", f"test -d /proc/{taken.group(1)}", check=False).returncode == 0
         # the taken-up watch dates the last verified save by the wall clock, as its first supervisor did
@@ -130,6 +140,21 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         # a status.yml after that sees it watching, and starts nothing
         seen = playbook("playbooks/status.yml", timeout=300).stdout
         assert re.search(rf"watched  by its supervisor \(pid {taken.group(1)} in node1's container since ", seen), seen
+        # with no controller, a rank killed: the supervisor stops what is left, judges the attempt from the logs it
+        # gathers, and launches attempt 2 itself
+        in_container("node2", KILL_RANK_3)
+        state = f"{supervisor}/run/attempts.json"
+        wait_for(lambda: json.loads(in_container("node1", f"cat {state}").stdout)["current"]["number"] == 2,
+                 "attempt 2", None, log, 240)  # fmt: skip
+        wait_for(lambda: rank_is_running("node2"), "attempt 2's ranks", None, log, 120)
+        later = playbook("playbooks/status.yml", timeout=300).stdout
+        assert re.search(rf"watched  by its supervisor \(pid {taken.group(1)} in node1's container since .*\), "
+                         r"attempt 2 ", later), later[-3000:]  # fmt: skip
+        # report.yml collects the supervisor's record with the master's logs: attempt 1 judged failed, node2 named
+        reported = playbook("playbooks/report.yml", "-e", f"run={latest_run(exp)}", timeout=300)
+        assert reported.returncode == 0, reported.stdout[-3000:]
+        summary = json.loads((latest_run(exp) / "summary.json").read_text())
+        assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]] == [(1, "failed", "node2")]
     finally:
         job.kill()
         stop = playbook("stop.yml")

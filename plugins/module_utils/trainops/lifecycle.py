@@ -138,9 +138,11 @@ class Lifecycle:
             return self.attempts.launched({"rc": 0, "stdout": str(self.request["launched"]), "stderr": ""})
         fanout = self.on_node(plan["master"], ["bash", f"{plan['run_dir']}/fanout.sh"])
         fanout = {k: fanout.get(k) for k in ("rc", "stdout", "stderr", "msg") if fanout.get(k) is not None}
-        if fanout.get("rc") != 0:
+        view = self.attempts.launched(fanout)
+        if fanout.get("rc") != 0:  # nothing to watch: the attempt failed on the master (trainops.outcome names it)
             self.say(f"{plan['master']}: the fan-out failed: {_why(fanout)}")
-        return self.attempts.launched(fanout)
+            view = self.attempts.end(fanout, None, time.time())
+        return view
 
     def ended(self, watched: Mapping[str, Any] | None) -> dict[str, Any]:
         """The attempt's outcome from its fan-out and the supervisor's watch."""
