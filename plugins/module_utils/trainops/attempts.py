@@ -1,20 +1,22 @@
 """The attempts of one training run: train.yml's lifecycle as a state machine, kept in ``<run_dir>/attempts.json``.
 
-train.yml drives it one step at a time from the controller (the ``train_attempts`` action); the steps that must
-run on nodes (launch, watch, stop, collect, set aside) stay in the playbook. Every step reads the state the last
-one wrote and writes it back, so the playbook keeps no state of its own, and a step could as well run elsewhere
-(on the master, inside a Slurm job).
+The run's supervisor steps it on the cluster (:class:`trainops.lifecycle.Lifecycle`, in the master's container),
+doing the work each step needs on the nodes (launch, watch, stop, gather, set aside) itself. Every step reads the
+state the last one wrote and writes it back, so a supervisor killed between two steps and started again goes on
+from the state; train.yml collects it to the controller, where the report reads it.
 
 ::
 
-    begin ─> end [─> amend] ─(running, finished)────────────────────────────────────> (report)
-                        └─(failed)─> judge ─(end)──────────────────────────────────> (report)
-                                       ├─(relaunch)─────────> resume ─> prepare ─> begin
-                                       └─(replan)─> replanned ─> resume ─> prepare ─> begin
-                                                      └─(refused)  └─(refused)──> (report)
+    begin ─> launched ─> end [─> amend] ─(running, finished)───────────────────────────────────> (report)
+                                     └─(failed)─> judge ─(end)────────────────────────────────────> (report)
+                                                    ├─(relaunch)─────────> resume ─> prepare ─> begin
+                                                    └─(replan)─> replanned ─> resume ─> prepare ─> begin
+                                                                   └─(refused)  └─(refused)──> (report)
 
 * :meth:`Attempts.begin`: attempt k starts with a plan fixed for the whole attempt: the first plan, or the
   re-plan of the attempt before.
+* :meth:`Attempts.launched`: the fan-out's result, kept for :meth:`end`; :meth:`Attempts.after_done`: the steps
+  after a failure are done (a supervisor started again launches the next attempt, not those steps again).
 * :meth:`Attempts.end`: the attempt's outcome from the fan-out's result and the watcher's (:mod:`.outcome`).
 * :meth:`Attempts.amend`: the outcome with Slurm's account of the job (``-e launcher=slurm``).
 * :meth:`Attempts.judge` (``-e max_restarts``): the attempt's record (:func:`.recovery.attempt_record`) from the
@@ -41,7 +43,7 @@ from .checkpoints import iteration_of
 from .outcome import train_outcome
 from .plan import tracker_iteration, with_resume
 
-#: The state file in the run's controller directory (kept there when an attempt's files are set aside).
+#: The state file in the run's state directory (kept there when an attempt's files are set aside).
 STATE_FILE = recovery.STATE_FILE
 #: What comes after a judged attempt.
 NEXT = ("end", "relaunch", "replan")
