@@ -78,7 +78,7 @@ def test_a_failed_attempt_is_stopped_judged_set_aside_and_the_next_one_prepared(
     assert life.step() == "watch" and not any(argv[-1].endswith("fanout.sh") for _, argv in calls)
     life.ended(FAILED)
     assert life.step() == "after"
-    view = life.after_failure()
+    view = life.after_attempt()
     assert view["next"] == "relaunch" and life.step() == "next", said
     state = run_dir / STATE_DIR
     # judged from the logs gathered from both nodes, recorded, and set aside with them
@@ -103,7 +103,7 @@ def test_a_restart_mark_removed_by_stop_yml_ends_the_run(cluster):
     life.launch()
     life.ended(dict(FAILED, kind="stopped"))
     (run_dir / "restarting").unlink()
-    view = life.after_failure()
+    view = life.after_attempt()
     assert view["next"] == "end" and life.step() == "done"
     assert "stop.yml" in view["decision"]["reason"], view["decision"]
 
@@ -113,9 +113,58 @@ def test_a_node_the_master_cannot_reach_is_lost_and_without_elastic_the_run_ends
     unreachable.add("node2")
     life.launch()
     life.ended(FAILED)
-    view = life.after_failure()
+    view = life.after_attempt()
     assert view["next"] == "end" and "node2" in view["lost"], view
     assert "unreachable" in view["lost"]["node2"] and "No route to host" in view["lost"]["node2"]
     assert "node2: unreachable from the master (ssh: connect to host: No route to host): it gets no rank again" in said
     # nothing but the reach was tried on it
     assert [argv for node, argv in calls if node == "node2"] == [["true"]]
+
+
+def test_a_supervisor_killed_between_its_steps_takes_none_of_them_twice(cluster, monkeypatch):
+    life, run_dir, said, _, calls = cluster
+    life.launch()
+    life.ended(FAILED)
+
+    def killed(self, view):  # the supervisor dies (SIGKILL) after the judge, before the resume choice
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(Lifecycle, "_resume", killed)
+    with pytest.raises(SystemExit):
+        life.after_attempt()
+    monkeypatch.undo()
+    again = Lifecycle(str(run_dir), life.request, life.on_node, said.append)
+    assert again.step() == "after"
+    view = again.after_attempt()
+    assert view["next"] == "relaunch" and again.step() == "next"
+    state = json.loads((run_dir / STATE_DIR / "attempts.json").read_text())
+    assert len(state["records"]) == 1, state["records"]  # judged once: the restart budget is not spent twice
+    stops = [argv for _, argv in calls if len(argv) > 1 and argv[1].endswith("run_groups.py")]
+    assert len(stops) == 2, stops  # each node stopped once
+
+
+def test_a_finished_attempt_is_judged_where_restarts_are_on_and_the_run_ends(cluster):
+    life, run_dir, _, _, calls = cluster
+    (run_dir / "exit" / "node1.rc").write_text("0\n")
+    (run_dir / "exit" / "node2.rc").write_text("0\n")
+    life.launch()
+    life.ended({"state": "finished", "last_iteration": {"iteration": 100}, "first_iteration_s": 5.0})
+    assert life.step() == "after"
+    view = life.after_attempt()
+    assert view["next"] == "end" and life.step() == "done"
+    record = json.loads((run_dir / STATE_DIR / "attempt-1" / "attempt.json").read_text())
+    assert record["state"] == "finished"
+    assert not [argv for _, argv in calls if len(argv) > 1 and argv[1].endswith("run_groups.py")]  # nothing to stop
+
+
+def test_a_fan_out_a_killed_supervisor_may_have_run_is_not_run_again(cluster):
+    life, run_dir, said, _, calls = cluster
+    life.request = dict(life.request, launched="")
+    (run_dir / "fanout.sh").write_text("echo started >> fanout.runs\n")
+    life.attempts.begin(life.request["plan"], "", 1.0, 1.0)
+    life.attempts.launching()  # killed after this, before the fan-out returned
+    again = Lifecycle(str(run_dir), life.request, life.on_node, said.append)
+    view = again.launch()
+    assert view["number"] == 1 and again.step() == "watch"
+    assert not [argv for _, argv in calls if argv[-1].endswith("fanout.sh")]
+    assert "it is not run again" in said[-1]

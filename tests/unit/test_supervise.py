@@ -42,6 +42,7 @@ def run(tmp_path):
     run_dir.mkdir()
     (run_dir / "states").write_text(RUNNING)
     (run_dir / "probe.sh").write_text(f"cat {run_dir}/states\n")
+    (run_dir / "on-node.sh").write_text('shift; exec "$@"\n')  # one node, the supervisor's own: run it here
     layout = {"train_iters": 20, "seq_length": 256, "gbs": 8, "precision": "bf16"}
     plan = dict(make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=layout, run_id="r1", exp_name="sv"),
                 run_dir=str(run_dir))  # fmt: skip

@@ -156,6 +156,39 @@ class Attempts:
         self._save()
         return self.view()
 
+    def launching(self) -> dict[str, Any]:
+        """The fan-out is about to run: a supervisor killed before it returned, and started again, does not run it
+        a second time (the watch finds out whether the ranks started)."""
+        self.current["launching"] = True
+        self._save()
+        return self.view()
+
+    def mark(self, step: str) -> dict[str, Any]:
+        """One of the supervisor's steps after an attempt is done (``stopped``, ``replanned``, ``set_aside``): a
+        supervisor started again does not take it again."""
+        self.current.setdefault("done", []).append(step)
+        self._save()
+        return self.view()
+
+    def done(self, step: str) -> bool:
+        return step in (self.current.get("done") or [])
+
+    def abandon(self, reason: str) -> dict[str, Any]:
+        """End the run after an attempt with ``reason`` (a step after it failed in a way no restart can mend)."""
+        self.current.update(decision={"retry": False, "reason": reason}, next_step="end")
+        self.state["next"] = None
+        self._save()
+        return self.view()
+
+    def leave_out(self, nodes: Mapping[str, str]) -> None:
+        """Nodes kept out of the rest of the run (a health check after an attempt found them sick), each with why."""
+        if nodes:
+            self.state["left_out"] = {**(self.state.get("left_out") or {}), **nodes}
+            self._save()
+
+    def left_out(self) -> dict[str, str]:
+        return dict(self.state.get("left_out") or {})
+
     def launched(self, fanout: Mapping[str, Any]) -> dict[str, Any]:
         """The attempt's fan-out has returned (the run's supervisor launches): kept for :meth:`end`."""
         self.current["fanout"] = dict(fanout)
@@ -174,6 +207,7 @@ class Attempts:
         (``-e wait=false``)."""
         current = self.current
         current.update(outcome=train_outcome(current["plan"]["master"], fanout, watch), ended_at=now)
+        current["watch"] = dict(watch) if watch else None  # the watch's own result, for whoever follows the run
         self._save()
         return self.view()
 

@@ -8,7 +8,7 @@ containers' sshd, the cluster key, every host key pinned: the fan-out's own path
 * :meth:`Lifecycle.launch`: the attempt begins (:meth:`Attempts.begin`) and the run's ``fanout.sh`` starts every
   node's launch;
 * the watch (:func:`trainops.watch.watch`, run by the supervisor), then :meth:`Lifecycle.ended`;
-* after a failure, :meth:`Lifecycle.after_failure`: every node of the plan is reached (a node that neither the
+* after a failure, :meth:`Lifecycle.after_attempt`: every node of the plan is reached (a node that neither the
   master nor its sshd can reach is lost: called so from inside the cluster, never by the controller); what is left
   of the attempt is stopped on each node that answers (the node package's ``run_groups.py``); with
   ``-e max_restarts``, each node's logs are gathered here (``pack_logs.py --pack -``), the quick health check runs
@@ -98,28 +98,31 @@ class Lifecycle:
 
     # --- where the run is -------------------------------------------------------------------------------------
     def step(self) -> str:
-        """The step the run is at, from its state: ``launch``, ``watch``, ``after`` (the failed attempt's stop,
-        judge, resume choice and set-aside), ``next`` (the next attempt's launch), or ``done``."""
+        """The step the run is at, from its state: ``launch``, ``watch``, ``after`` (an ended attempt's stop, gather,
+        judge, re-plan, resume choice and set-aside), ``next`` (the next attempt's launch), or ``done``."""
         current = self.attempts.state.get("current")
-        if current is None:
-            return "launch"
-        if "fanout" not in current:
+        if current is None or "fanout" not in current:
             return "launch"
         if current.get("outcome") is None:
             return "watch"
-        if current["outcome"].get("state") != "failed":
-            return "done"
         if current.get("after_done"):
             return "next" if current.get("next_step") in ("relaunch", "replan") else "done"
-        return "after"
+        failed = current["outcome"].get("state") == "failed"
+        # a finished attempt is judged too where restarts are on: its record is the run's last
+        return "after" if failed or int(self.options.get("max_restarts") or 0) > 0 else "done"
 
     def view(self) -> dict[str, Any]:
         return self.attempts.view()
 
+    def last_watch(self) -> dict[str, Any] | None:
+        """The current attempt's watch result, as :meth:`ended` kept it."""
+        return (self.attempts.state.get("current") or {}).get("watch")
+
     # --- the steps --------------------------------------------------------------------------------------------
     def launch(self) -> dict[str, Any]:
         """Begin the attempt (the first, or the next a failure's steps prepared) unless it has begun, and start
-        every node's launch from here with the run's fanout.sh."""
+        every node's launch with the run's fanout.sh on its master. A fan-out that a supervisor killed meanwhile
+        may have run is not run again: the watch finds whether the ranks started."""
         current = self.attempts.state.get("current")
         if current is None or "fanout" in current:
             request = self.request
@@ -131,11 +134,17 @@ class Lifecycle:
                 request.get("checked_saves") or [],
             )
             self.say(f"attempt {view['number']} begins on {', '.join(self._names(view['plan']))}")
-        plan = self.attempts.current["plan"]
-        if self.attempts.current["number"] == 1 and self.request.get("launched"):
+        current = self.attempts.current
+        plan = current["plan"]
+        if current["number"] == 1 and self.request.get("launched"):
             # a Slurm job's tasks start the launches (train.yml wrote slurm-go), or status.yml follows ranks that
             # were launched before the run had a supervisor: nothing is started here
             return self.attempts.launched({"rc": 0, "stdout": str(self.request["launched"]), "stderr": ""})
+        if current.get("launching"):
+            self.say(f"supervisor: attempt {current['number']}'s fan-out was run by a supervisor that ended before "
+                     "it returned; it is not run again (the watch finds whether every node started)")  # fmt: skip
+            return self.attempts.launched({"rc": 0, "stdout": "run by an earlier supervisor", "stderr": ""})
+        self.attempts.launching()
         fanout = self.on_node(plan["master"], ["bash", f"{plan['run_dir']}/fanout.sh"])
         fanout = {k: fanout.get(k) for k in ("rc", "stdout", "stderr", "msg") if fanout.get(k) is not None}
         view = self.attempts.launched(fanout)
@@ -148,37 +157,55 @@ class Lifecycle:
         """The attempt's outcome from its fan-out and the supervisor's watch."""
         return self.attempts.end(self.attempts.current.get("fanout") or {}, watched, time.time())
 
-    def after_failure(self) -> dict[str, Any]:
-        """A failed attempt's steps on the cluster (the module's docstring), each said as it is done; returns the
-        current attempt, whose ``next`` says whether another is launched."""
-        plan = self.attempts.current["plan"]
-        if self.request.get("watch_only"):  # status.yml's supervisor of ranks launched before one: no step of its own
-            return self._after_done()
-        names = self._names(plan)
-        reach = {name: self._reach(name) for name in names}
-        answering = [name for name in names if not reach[name].get("unreachable")]
-        for name in names:
-            if reach[name].get("unreachable"):
-                self.say(f"{name}: unreachable from the master ({_why(reach[name])}): it gets no rank again")
-        self._stop(plan, answering)
-        if int(self.options.get("max_restarts") or 0) <= 0:
-            return self._after_done()
-        for name in answering:
-            self._gather(plan, name)
-        unhealthy = self._health(plan, answering) if self.options.get("health", "exclude") != "off" else {}
-        ratio = float(self.options.get("straggler_ratio") or DEFAULT_RATIO)
-        summary = write_report(self.state_dir, plan, self.attempts.current["outcome"], ratio)
+    def after_attempt(self) -> dict[str, Any]:
+        """An ended attempt's steps on the cluster (the module's docstring), each said as it is done and marked in
+        the state, so that a supervisor started again takes none twice; returns the current attempt, whose
+        ``next`` says whether another is launched. A step that fails in a way no restart can mend ends the run
+        with its reason."""
         try:
-            marks = read_marks(self.state_dir, plan["master"])
-        except RecordError as exc:  # judged as if not collected: the run goes on
-            self.say(f"warning: {exc}")
-            marks = None
-        # no node "leaves a play" here: one the master cannot reach is lost by its reach alone
-        view = self.attempts.judge(self.options, summary, marks, names, reach, unhealthy)
-        self.say(view["message"])
-        if view["next"] == "replan":
-            view = self._replan(view, reach)
-        if view["next"] in ("relaunch", "replan"):
+            return self._after_attempt()
+        except Exception as exc:  # noqa: BLE001 - the run ends with the reason, and the supervisor with it
+            reason = f"the supervisor's step after attempt {self.attempts.current['number']} failed: {exc!r}"
+            self.say(f"{reason}; the run ends (report.yml reports it; a new train.yml resumes from its checkpoints)")
+            self.attempts.abandon(reason)
+            return self.attempts.after_done()
+
+    def _after_attempt(self) -> dict[str, Any]:
+        current = self.attempts.current
+        plan = current["plan"]
+        failed = current["outcome"].get("state") == "failed"
+        names = self._names(plan)
+        if current.get("decision") is None:  # not judged yet
+            reach = {name: self._reach(name) for name in names} if failed else {name: {} for name in names}
+            answering = [name for name in names if not reach[name].get("unreachable")]
+            for name in names:
+                if reach[name].get("unreachable"):
+                    self.say(f"{name}: unreachable from the master ({_why(reach[name])}): it gets no rank again")
+            if failed:
+                for name, why in self._stop(plan, answering).items():  # survivors of SIGKILL: no rank there again
+                    reach[name] = {"unreachable": True, "msg": why}
+                    answering.remove(name)
+            if int(self.options.get("max_restarts") or 0) <= 0:
+                return self._after_done()
+            for name in answering:
+                self._gather(plan, name)
+            checked = failed and self.options.get("health", "exclude") != "off"
+            unhealthy = self._health(plan, answering) if checked else {}
+            ratio = float(self.options.get("straggler_ratio") or DEFAULT_RATIO)
+            summary = write_report(self.state_dir, plan, current["outcome"], ratio)
+            try:
+                marks = read_marks(self.state_dir, plan["master"])
+            except RecordError as exc:  # judged as if not collected: the run goes on
+                self.say(f"warning: {exc}")
+                marks = None
+            # no node "leaves a play" here: one the master cannot reach is lost by its reach alone
+            view = self.attempts.judge(self.options, summary, marks, names, reach, unhealthy)
+            self.say(view["message"])
+        view = self.attempts.view()
+        if view["next"] == "replan" and not self.attempts.done("replanned"):
+            view = self._replan(view)
+            self.attempts.mark("replanned")
+        if view["next"] in ("relaunch", "replan") and self.attempts.state.get("resume_next") is None:
             view = self._resume(view)
         if view["next"] in ("relaunch", "replan"):
             view = self._set_aside(view)
@@ -195,8 +222,12 @@ class Lifecycle:
             return {}
         return {"unreachable": True, "msg": _why(reply)}
 
-    def _stop(self, plan: Mapping[str, Any], answering: list[str]) -> None:
-        """What is left of the attempt stopped on every node that answers (SIGTERM, grace, SIGKILL)."""
+    def _stop(self, plan: Mapping[str, Any], answering: list[str]) -> dict[str, str]:
+        """What is left of the attempt stopped on every node that answers (SIGTERM, grace, SIGKILL); returns the
+        nodes where processes survive SIGKILL, each with why (no rank goes there again: the launch would refuse)."""
+        if self.attempts.done("stopped"):
+            return {}
+        survivors = {}
         for name in answering:
             argv = ["python3", f"{self.programs}/run_groups.py", "stop", name, plan["work_home"],
                     "--run-dir", plan["run_dir"], "--grace", str(STOP_GRACE_S)]  # fmt: skip
@@ -210,8 +241,11 @@ class Lifecycle:
                 groups = ", ".join(str(group.get("pgid")) for group in stopped["stopped"])
                 self.say(f"{name}: stopped what was left of the attempt (process groups {groups})")
             if reply.get("rc") != 0:
-                self.say(f"{name}: processes survive SIGKILL ({_why(reply)}): check the node's driver and file "
-                         "systems; a reboot may be needed")  # fmt: skip
+                survivors[name] = f"processes of the attempt survive SIGKILL ({_why(reply)})"
+                self.say(f"{name}: {survivors[name]}: check the node's driver and file systems; a reboot may be "
+                         "needed")  # fmt: skip
+        self.attempts.mark("stopped")
+        return survivors
 
     def _gather(self, plan: Mapping[str, Any], name: str) -> None:
         """The node's logs of the attempt (with the master's marks), unpacked into the state directory."""
@@ -233,9 +267,14 @@ class Lifecycle:
         """The quick health check of the nodes that answer (``node_facts.py`` on each), judged here; the nodes the
         policy leaves out, each with its verdict's reason. The record goes to the state's ``health/``."""
         checked = self.request.get("health") or {}
-        slots = {node["name"]: node["slots"] for node in plan["nodes"]}
+        inventory = {host["name"]: host for host in (self.request.get("replan") or {}).get("inventory") or []}
+        slots = {name: host.get("slots") for name, host in inventory.items()}
+        slots.update({node["name"]: node["slots"] for node in plan["nodes"]})
+        # a spare an elastic re-plan may bring in is checked too (a sick one stands in for no one)
+        spares = [name for name in (self.request.get("replan") or {}).get("spares") or []
+                  if name not in answering and not self._reach(name).get("unreachable")]  # fmt: skip
         facts = {}
-        for name in answering:
+        for name in answering + spares:
             tool = checked.get("device_tool") or ""
             argv = ["python3", f"{self.programs}/node_facts.py", f"--device-tool={tool}",
                     f"--megatron-home={checked.get('megatron_home', '')}",
@@ -249,16 +288,20 @@ class Lifecycle:
         self.say("\n".join(["health       after the failure, from the master:", *health.lines(verdicts)]))
         use = set(self.options.get("use_nodes") or [])
         left = health.left_out(verdicts, self.options.get("health") or "exclude")
-        return {name: verdicts[name]["reason"] for name in left if name not in use}
+        sick = {name: verdicts[name]["reason"] for name in left if name not in use}
+        # kept out of the rest of the run: a later re-plan does not bring a sick node or spare back
+        self.attempts.leave_out({name: f"sick in the health check after attempt {self.attempts.current['number']}: "
+                                       f"{why}" for name, why in sick.items()})  # fmt: skip
+        return sick
 
-    def _replan(self, view: dict[str, Any], reach: Mapping[str, Any]) -> dict[str, Any]:
+    def _replan(self, view: dict[str, Any]) -> dict[str, Any]:
         """The elastic re-plan (``-e elastic=true``): the same run planned on the nodes that remain, a spare that
         answers in the place of each node lost (tp, pp, cp and the global batch kept), its launch files rendered
         here from train.yml's templates and variables and written into every node of the new plan; or, when they
         cannot hold it, the run ends with why."""
         replan = self.request.get("replan") or {}
         plan = self.attempts.current["plan"]
-        left_out = {**(replan.get("left_out") or {}), **view["lost"]}
+        left_out = {**(replan.get("left_out") or {}), **self.attempts.left_out(), **view["lost"]}
         spares = [name for name in replan.get("spares") or [] if name not in self._names(plan)]
         free = [name for name in spares if name not in left_out and not self._reach(name).get("unreachable")]
         inventory = {host["name"]: host for host in replan.get("inventory") or []}
@@ -318,10 +361,15 @@ class Lifecycle:
         return view
 
     def _set_aside(self, view: dict[str, Any]) -> dict[str, Any]:
-        """The attempt's logs set aside on every node that ran it and runs the next, reading the restart mark
-        again (stop.yml removes it: the restarts end); then the state's files of the attempt."""
-        ran = self._names(self.attempts.current["plan"])
-        stays = [name for name in self._names(view["next_plan"]) if name in ran]
+        """The attempt's logs set aside on every node that ran it and answers (one that leaves the plan too, so
+        that its logs are never taken for a later attempt's), reading the restart mark again (stop.yml removes it:
+        the restarts end); then the state's files of the attempt."""
+        lost = view["lost"]
+        stays = [
+            name
+            for name in self._names(self.attempts.current["plan"])
+            if not str(lost.get(name, "")).startswith("unreachable")
+        ]
         target = f"{view['next_plan']['run_dir']}/attempt-{view['number']}"
         restarting = None
         for name in stays:

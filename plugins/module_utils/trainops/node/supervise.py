@@ -101,20 +101,6 @@ def alive(files: dict[str, str]) -> int:
     return 0
 
 
-def run_here(argv: list[str], stdin: str | None = None) -> dict[str, object]:
-    """One command of the watch, in this container; answered as docker_container_exec answers."""
-    try:
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return {"rc": None, "stdout": "", "stderr": "", "failed": True, "msg": f"timed out after {COMMAND_TIMEOUT_S} s"}
-    except OSError as exc:
-        return {"rc": None, "stdout": "", "stderr": str(exc), "failed": True, "msg": str(exc)}
-    reply: dict[str, object] = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
-    if done.returncode != 0:
-        reply.update(failed=True, msg=(done.stderr or done.stdout or f"exited {done.returncode}").strip())
-    return reply
-
-
 def base_of(path: str) -> int:
     """Where an events file begins in the watch's one sequence of bytes: its header's ``base`` (a file begun by a
     rotation), else 0 (the first file)."""
@@ -218,12 +204,12 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     say = EventLog(files["events"]).say
     request = read_json(files["request.json"])
     first = request["watch"]
-    life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]),
-                     on_node_runner(first["plan"]["run_dir"]), say)  # fmt: skip
+    on_node = on_node_runner(first["plan"]["run_dir"])
+    life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]), on_node, say)
     if taken_up_from:
         say(f"supervisor: its process {taken_up_from} ended before the run did; taking the run up again (pid "
             f"{os.getpid()}) at its step '{life.step()}'")  # fmt: skip
-    watched, launched_here = None, False
+    launched_here = False
     while True:
         step = life.step()
         if step in ("launch", "next"):
@@ -234,10 +220,12 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
             snapshot = read_json(files["snapshot.json"]) or {}
             taking_up = not launched_here and snapshot.get("attempt") == view["number"]
             known = (snapshot.get("checkpoints") or {}).get("saves") if taking_up else None
+            # a hang's evidence goes to the run's state (set aside with its attempt, collected with the state)
             watch_request = WatchRequest(**dict(first, plan=view["plan"], attempt=view["number"],
                                                 probe=f"{view['plan']['run_dir']}/probe.sh", diagnose=None,
-                                                wait=UNBOUNDED_S, evidence_dir=run_dir, tail=not launched_here,
+                                                wait=UNBOUNDED_S, evidence_dir=files["state"], tail=not launched_here,
                                                 known_checkpoints=known or view["checked_saves"]))  # fmt: skip
+            master = view["plan"]["master"]  # the probes run on the attempt's master (a re-plan may move it)
             if taking_up:
                 say(f"supervisor: taking attempt {view['number']}'s watch up from the logs' last 256 KiB")
             watcher = Watcher(watch_request, time.monotonic())
@@ -246,19 +234,17 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
                 write_json(files["snapshot.json"], dict(watcher.result(time.monotonic()), attempt=number))
 
             try:
-                watched = watch(watcher, run_here, say, probed)
+                watched = watch(watcher, lambda argv, stdin=None, m=master: on_node(m, argv, stdin), say, probed)
             except ProbeError as exc:
                 write_json(files["result.json"], {"error": str(exc), "attempt": life.view()})
                 return
             life.ended(watched)
             launched_here = False
         elif step == "after":
-            life.after_failure()
+            life.after_attempt()
         else:
             break
-    if watched is None:  # taken up after the last attempt's watch ended: its result as the snapshot kept it
-        watched = read_json(files["snapshot.json"])
-    write_json(files["result.json"], {"attempt": life.view(), "watch": watched})
+    write_json(files["result.json"], {"attempt": life.view(), "watch": life.last_watch()})
 
 
 def start(run_dir: str, request_text: str) -> dict[str, object]:
@@ -463,7 +449,8 @@ def status(run_dir: str, take_up: bool) -> dict[str, object]:
 
 
 def evidence(run_dir: str) -> dict[str, str]:
-    root = os.path.join(run_dir, "hang")
+    """The last hang's evidence files (the watch writes them into the run's state), as name -> text."""
+    root = os.path.join(paths(run_dir)["state"], "hang")
     found = {}
     for directory, _, names in os.walk(root):
         for name in names:
