@@ -27,11 +27,11 @@ from train_lifecycle import in_container, playbook
 def sample(run_dir: str) -> dict[str, float] | None:
     """One look at the supervisor in node1's container; None once it has no live process."""
     script = (
-        f"d={run_dir}/supervisor; pid=$(cat $d/watch-1.pid 2>/dev/null) || exit 3; "
-        "grep VmRSS /proc/$pid/status || exit 3; stat -c '%n %s' $d/*; "
+        f"d={run_dir}/supervisor; pid=$(cat $d/pid 2>/dev/null) || exit 3; "
+        "grep VmRSS /proc/$pid/status || exit 3; stat -c '%n %s' $d/* $d/run/attempts.json; "
         'python3 -c \'import json,sys; print("progress", (json.load(open(sys.argv[1])).get("last_iteration") '
         'or {}).get("iteration"))\' '
-        "$d/watch-1.snapshot.json 2>/dev/null || echo progress None"
+        "$d/snapshot.json 2>/dev/null || echo progress None"
     )
     done = in_container("node1", script)
     if done.returncode != 0:
@@ -45,7 +45,7 @@ def sample(run_dir: str) -> dict[str, float] | None:
             found["iteration"] = float(parts[1]) if parts[1] != "None" else 0.0
         elif len(parts) == 2:
             found[parts[0].rsplit("/", 1)[1]] = float(parts[1])
-    found["files_bytes"] = sum(v for k, v in found.items() if k.startswith("watch-"))
+    found["files_bytes"] = sum(v for k, v in found.items() if k not in ("t", "rss_kib", "iteration", "run"))
     return found
 
 
@@ -89,7 +89,9 @@ def main() -> None:
         raise SystemExit(f"too few samples after the first minute: {len(steady)}")
     iterations = [s["iteration"] for s in steady]
     hours = [(s["t"] - t0) / 3600 for s in steady]
-    names = ["rss_kib", "files_bytes"] + sorted(k for k in steady[-1] if k.startswith("watch-"))
+    names = ["rss_kib", "files_bytes"] + sorted(
+        k for k in steady[-1] if k not in ("t", "rss_kib", "iteration", "run", "files_bytes")
+    )
     print(f"\n{len(samples)} samples over {(samples[-1]['t'] - t0) / 60:.1f} min, iterations "
           f"{iterations[0]:.0f} to {iterations[-1]:.0f}")  # fmt: skip
     print(f"{'what':<26} {'first':>12} {'last':>12} {'per 10k it':>12} {'per hour':>12}")
