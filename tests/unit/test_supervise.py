@@ -82,6 +82,7 @@ def test_the_supervisor_watches_detached_and_its_result_is_read_once_the_run_end
     assert not seen["ended"] and seen["since"] <= time.time() and seen["events"].endswith("supervisor/events")
     state = json.loads((run_dir / "supervisor" / "run" / "attempts.json").read_text())
     assert state["current"]["number"] == 1 and state["current"]["fanout"]["stdout"] == "the test's nodes"
+    assert seen["nodes"] == ["node1", "node2"] and seen["left_out"] == {} and seen["last_verified"] is None
     (run_dir / "states").write_text(FINISHED)
     _, result = follow(run_dir)
     watched = result["watch"]

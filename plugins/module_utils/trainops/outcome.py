@@ -192,7 +192,14 @@ def status_text(runs: Sequence[Mapping[str, Any]]) -> str:
         watch = run["watch"]
         lines.append(f"run {run['run_dir']}")
         if "supervisor" in run:
-            lines.append(f"  watched  by {supervisor_text(run.get('master') or '', run['supervisor'])}")
+            seen = run["supervisor"] or {}
+            lines.append(f"  watched  by {supervisor_text(run.get('master') or '', seen)}")
+            if seen.get("nodes"):
+                out = "; ".join(f"{name} ({clip(why, 160)})" for name, why in (seen.get("left_out") or {}).items())
+                lines.append(f"  nodes    attempt {seen.get('attempt')} on {', '.join(seen['nodes'])}"
+                             f"{'; left out: ' + out if out else ''}")  # fmt: skip
+            if seen.get("last_verified") is not None:
+                lines.append(f"  saved    iteration {seen['last_verified']} (the newest verified save)")
         for name, node in (watch.get("nodes") or {}).items():
             detail = node.get("detail")
             shown = f"(process group {detail})" if node.get("state") == "running" else detail

@@ -443,8 +443,14 @@ def status(run_dir: str, take_up: bool) -> dict[str, object]:
         shown = ((result.get("attempt") or {}).get("outcome") or {}).get("state")
     else:
         shown = snapshot.get("state") if snapshot.get("attempt") == attempt else "starting"
+    current = state.get("current") or {}
+    out = {**(state.get("left_out") or {}), **(current.get("lost") or {})}
+    saves = (snapshot.get("checkpoints") or {}).get("saves") or current.get("checked_saves") or []
+    verified = [save["iteration"] for save in saves if save.get("verdict") == "verified"]
     answer.update(attempt=attempt, since=since, ended=ended, state=shown, events=files["events"],
-                  last=last_lines(files["events"]))  # fmt: skip
+                  last=last_lines(files["events"]),
+                  nodes=[node["name"] for node in (current.get("plan") or {}).get("nodes") or []],
+                  left_out=out, last_verified=max(verified, default=None))  # fmt: skip
     return answer
 
 
