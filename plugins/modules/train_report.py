@@ -108,6 +108,8 @@ def main() -> None:
     if p["incidents_file"]:
         run = f"{p['plan']['exp_name']}/{p['plan']['run_id']}"
         found = incidents.from_run(run, summary.get("attempts") or [], summary, summary.get("nodes_missing") or [])
+        # the nodes the run's supervisor found sick after an attempt (its state, collected into the run's directory)
+        found += incidents.read(os.path.join(p["run_dir"], incidents.HEALTH_FILE))[0]
         try:
             added, said = incidents.record(p["incidents_file"], found, time.time())
         except (OSError, records.RecordError) as exc:  # the report stands; the incidents are said, not lost

@@ -20,6 +20,9 @@ from typing import Any
 from . import records as records_io
 from .invocation import command
 
+#: The incidents of the run supervisor's health checks after an attempt, in the run's state (trainops.lifecycle);
+#: train.yml's report adds them to the site's record when it collects the run.
+HEALTH_FILE = "health-incidents.jsonl"
 FILE_NAME = "incidents.jsonl"
 DEFAULT_WINDOW_DAYS = 14.0
 DEFAULT_LIMIT = 2

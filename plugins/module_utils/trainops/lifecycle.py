@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import health, identity, node_choice
+from . import health, identity, incidents, node_choice
 from .attempts import Attempts, read_marks
 from .errors import PlanError
 from .plan import make_plan
@@ -283,8 +283,15 @@ class Lifecycle:
         if not facts:
             return {}
         verdicts = health.judge(facts, checked.get("expected") or {})
-        health.record(os.path.join(self.state_dir, "health"), "quick", verdicts, facts, time.time(),
-                      f"the run's supervisor, after attempt {self.attempts.current['number']}")  # fmt: skip
+        now = time.time()
+        health_dir = os.path.join(self.state_dir, "health")
+        path = health.record(health_dir, "quick", verdicts, facts, now,
+                             f"the run's supervisor, after attempt {self.attempts.current['number']}")  # fmt: skip
+        # the sick nodes' incidents, for the site's record: train.yml's report adds them when it collects the run
+        name = os.path.relpath(os.path.dirname(path), self.state_dir)
+        incidents.record(
+            os.path.join(self.state_dir, incidents.HEALTH_FILE), health.incidents(verdicts, name, path, now), now
+        )
         self.say("\n".join(["health       after the failure, from the master:", *health.lines(verdicts)]))
         use = set(self.options.get("use_nodes") or [])
         left = health.left_out(verdicts, self.options.get("health") or "exclude")

@@ -280,7 +280,7 @@ ATTEMPT_PREFIX = "attempt-"
 STATE_FILE = "attempts.json"
 #: What an attempt's set-aside leaves in the run's directory: the plan, the attempts' state, and the run's record
 #: and its events (trainops.run_record), which every attempt of the run reads and changes.
-_KEPT = ("plan", STATE_FILE, "run.json", "events.jsonl")
+_KEPT = ("plan", STATE_FILE, "run.json", "events.jsonl", "health-incidents.jsonl")
 _KEPT_PREFIXES = ("attempts-",)
 
 
