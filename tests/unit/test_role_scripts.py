@@ -359,10 +359,14 @@ def test_pack_logs_sets_an_attempts_logs_aside_for_the_next(tmp_path):
     (run_dir / "logs" / "node1").mkdir()
     (run_dir / "exit").mkdir()
     (run_dir / "exit" / "node2.rc").write_text("1\n")
+    (run_dir / "pids").mkdir()
+    (run_dir / "pids" / "node2.pid").write_text("2760\n")  # the next attempt's probe must not read this group
     target = run_dir / "attempt-1"
     done = run("pack_logs.py", "--run-dir", str(run_dir), "--node", "node2", "--set-aside", str(target))
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["moved"] == ["logs/node2", "logs/launch-node2.out", "exit/node2.rc"]
+    moved = ["logs/node2", "logs/launch-node2.out", "exit/node2.rc", "pids/node2.pid"]
+    assert json.loads(done.stdout)["moved"] == moved
+    assert not (run_dir / "pids" / "node2.pid").exists()
     assert (target / "logs" / "node2" / "x_abc" / "attempt_0" / "1" / "stdout.log").read_text() == "iteration 3\n"
     assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["node1"]
     assert not (run_dir / "exit" / "node2.rc").exists()

@@ -11,10 +11,10 @@ empty>", "restarting": true|false}``, the checkpoint the attempt left (a new att
 the run's restart mark (``DIR/restarting``, written with the run's files when ``-e max_restarts`` is set) is still
 there: stop.yml removes it, and then train.yml starts no new attempt.
 
-``--set-aside`` instead moves the node's logs, launch output and exit status of an attempt that ended into
-``attempt-K/`` (train.yml's restarts), so the next attempt's launch writes its own, and prints ``{"moved": [...],
-"restarting": true|false}``: the restart mark read again just before the next launch. Exit 2, naming the
-directory, when the run directory is missing.
+``--set-aside`` instead moves the node's logs, launch output, exit status and process group (``pids/NAME.pid``) of
+an attempt that ended into ``attempt-K/`` (the restarts), so the next attempt's launch writes its own, and prints
+``{"moved": [...], "restarting": true|false}``: the restart mark read again just before the next launch. Exit 2,
+naming the directory, when the run directory is missing.
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ def set_aside(run_dir: str, node: str, target: str) -> list[str]:
         os.path.join("logs", node),
         os.path.join("logs", f"launch-{node}.out"),
         os.path.join("exit", f"{node}.rc"),
+        # the launch's process group: a probe of the next attempt must not take the last one's for its own
+        os.path.join("pids", f"{node}.pid"),
     ):
         source = os.path.join(run_dir, part)
         if os.path.exists(source):
