@@ -30,7 +30,16 @@ from .watch import watch_options
 from .written import Setting, Written, read_extra, read_inventory
 
 #: The files a plan directory holds (roles/render): plan.yml removes an earlier plan's before writing its own.
-PLAN_FILES = ("plan.json", "recommendations.json", "hostfile", "fanout.sh", "stop.sh", "probe.sh", "diagnose.sh")
+PLAN_FILES = (
+    "plan.json",
+    "recommendations.json",
+    "hostfile",
+    "fanout.sh",
+    "stop.sh",
+    "probe.sh",
+    "diagnose.sh",
+    "on-node.sh",
+)
 
 
 def is_plan_file(name: str) -> bool:
