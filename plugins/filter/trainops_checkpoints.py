@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 _CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
@@ -16,17 +15,11 @@ from trainops import identity  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
 
 
-def resume_choice(
-    scan: Mapping[str, Any],
-    plan: Mapping[str, Any],
-    verify: bool,
-    node: str,
-    failed_loads: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The registered result of ``checkpoint_scan.py scan`` on the master as the run's resume point
-    (:func:`trainops.identity.resume_choice`)."""
+def resume_choice(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The registered result of ``checkpoint_scan.py scan`` on the master as the run's resume point: the core's
+    :func:`trainops.identity.resume_choice` (the run's supervisor calls it too), its refusal as a filter error."""
     try:
-        return identity.resume_choice(scan, plan, verify, node, failed_loads)
+        return identity.resume_choice(*args, **kwargs)
     except PlanError as exc:
         raise AnsibleFilterError("; ".join(exc.problems)) from None
 
