@@ -123,6 +123,7 @@ class FilterModule:
             "trainops_command": command,
             "trainops_reproduce": invocation_core.reproduce,
             "trainops_stop_lines": stop_lines,
+            "trainops_stopped_by_supervisors": outcome_core.stopped_by_supervisors,
             "trainops_silent_nodes_text": outcome_core.silent_nodes_text,
             "trainops_status_text": status_text,
             "trainops_followed_text": followed_text,

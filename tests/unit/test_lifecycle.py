@@ -108,6 +108,34 @@ def test_a_restart_mark_removed_by_stop_yml_ends_the_run(cluster):
     assert "stop.yml" in view["decision"]["reason"], view["decision"]
 
 
+def test_a_stop_asked_by_stop_yml_stops_every_node_with_its_grace_removes_the_mark_and_launches_nothing(cluster):
+    life, run_dir, said, _, calls = cluster
+    asked: dict = {}
+    life.stopping = lambda: asked or None
+    life.launch()
+    life.ended(dict(FAILED, kind="stopped"))
+    asked.update(asked_at=2.0, grace=7)
+    view = life.after_attempt()
+    assert view["next"] == "end" and life.step() == "done"
+    assert view["decision"]["reason"] == "stop.yml stopped the run: no new attempt", view["decision"]
+    stops = [argv for _, argv in calls if len(argv) > 1 and argv[1].endswith("run_groups.py")]
+    assert len(stops) == 2 and all(argv[-3:] == ["--grace", "7", "--cancel-restarts"] for argv in stops), stops
+    assert not (run_dir / "restarting").exists()
+    assert not any(line.startswith("health") for line in said), said  # a stop is no failure to check nodes for
+    assert not (run_dir / "attempt-1").exists()  # nothing set aside for an attempt that never comes
+
+
+def test_a_stop_asked_between_two_attempts_launches_no_next_one(cluster):
+    life, run_dir, said, _, calls = cluster
+    life.launch()
+    life.ended(FAILED)
+    assert life.after_attempt()["next"] == "relaunch" and life.step() == "next"
+    view = life.end_restarts()  # what the supervisor does at the step "next" once stop.yml asked
+    assert view["next"] == "end" and life.step() == "done"
+    assert said[-1] == "attempt 2 is not started: stop.yml stopped the run: no new attempt"
+    assert not [argv for _, argv in calls if argv[-1].endswith("fanout.sh")]
+
+
 def test_a_node_the_master_cannot_reach_is_lost_and_without_elastic_the_run_ends_naming_it(cluster):
     life, _, said, unreachable, calls = cluster
     unreachable.add("node2")

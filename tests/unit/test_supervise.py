@@ -38,14 +38,14 @@ def supervise(*args: str, stdin: str = "") -> dict:
 @pytest.fixture
 def run(tmp_path):
     """A run directory with its probe.sh (which prints the file ``states``) and the watch's request."""
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    run_dir = tmp_path / "work" / "runs" / "sv" / "r1"  # under a work home, as stop.yml finds the runs
+    run_dir.mkdir(parents=True)
     (run_dir / "states").write_text(RUNNING)
     (run_dir / "probe.sh").write_text(f"cat {run_dir}/states\n")
     (run_dir / "on-node.sh").write_text('shift; exec "$@"\n')  # one node, the supervisor's own: run it here
     layout = {"train_iters": 20, "seq_length": 256, "gbs": 8, "precision": "bf16"}
     plan = dict(make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=layout, run_id="r1", exp_name="sv"),
-                run_dir=str(run_dir))  # fmt: skip
+                run_dir=str(run_dir), work_home=str(tmp_path / "work"))  # fmt: skip
     request = WatchRequest(plan=plan, probe=str(run_dir / "probe.sh"), programs=str(PROGRAMS), poll_interval=1.0,
                            wait=30.0, verify_checkpoints=False)  # fmt: skip
     assert WatchRequest(**json.loads(request.to_json())) == request
@@ -118,6 +118,24 @@ def test_a_supervisor_killed_mid_watch_is_started_again_and_takes_the_watch_up(r
     assert result["watch"]["state"] == "finished" and result["attempt"]["outcome"]["state"] == "finished"
     state = json.loads((run_dir / "supervisor" / "run" / "attempts.json").read_text())
     assert len(state["records"]) == 0 and state["current"]["number"] == 1  # no ranks launched again
+
+
+def test_stop_asks_the_supervisor_which_ends_the_watch_at_once_and_answers_once_it_has(run):
+    run_dir, request = run
+    pid = supervise("start", "--run-dir", str(run_dir), stdin=request)["pid"]
+    time.sleep(1.5)
+    # its watch has no end of its own (the ranks run on): it ends because it was asked
+    answer = supervise("stop", "--work-home", str(run_dir.parents[2]), "--grace", "5", "--wait", "30")
+    assert [run["run_dir"] for run in answer["runs"]] == [str(run_dir)], answer
+    stopped = answer["runs"][0]
+    assert stopped["pid"] == pid and stopped["ended"] and stopped["attempt"] == 1 and stopped["state"] == "failed"
+    result = json.loads((run_dir / "supervisor" / "result.json").read_text())
+    assert result["attempt"]["outcome"]["kind"] == "stopped", result
+    assert "stop.yml asked the run's supervisor to stop the run" in result["attempt"]["outcome"]["reason"]
+    lines, _ = follow(run_dir)
+    assert "supervisor: stop.yml asked for the run to stop: attempt 1 is stopped, and no new attempt starts" in lines
+    # asked again (a second stop.yml): no supervisor lives, nothing is asked
+    assert supervise("stop", "--work-home", str(run_dir.parents[2]), "--wait", "5") == {"runs": []}
 
 
 def test_a_run_without_a_supervisor_says_so(tmp_path):

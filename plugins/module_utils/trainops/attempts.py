@@ -180,6 +180,12 @@ class Attempts:
         self._save()
         return self.view()
 
+    def stopped_on(self, node: str, groups: Sequence[Mapping[str, Any]]) -> None:
+        """What the stop after the attempt stopped on ``node`` (run_groups.py's groups), for stop.yml's account."""
+        if groups:
+            self.current.setdefault("stopped_groups", {})[node] = [dict(group) for group in groups]
+            self._save()
+
     def leave_out(self, nodes: Mapping[str, str]) -> None:
         """Nodes kept out of the rest of the run (a health check after an attempt found them sick), each with why."""
         if nodes:
@@ -336,7 +342,7 @@ class Attempts:
         if current.get("next_step") not in ("relaunch", "replan"):
             raise AttemptError(f"attempt {current['number']} is not followed by another")
         if not restarting:
-            current["decision"] = {"retry": False, "reason": "stop.yml stopped the run: no new attempt"}
+            current["decision"] = {"retry": False, "reason": recovery.STOPPED}
             current["next_step"] = "end"
             self.state["next"] = None
         else:

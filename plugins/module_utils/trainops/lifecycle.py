@@ -44,6 +44,7 @@ from .errors import PlanError
 from .plan import make_plan
 from .plan_request import PlanRequest
 from .records import RecordError
+from .recovery import STOPPED
 from .render import render_files
 from .run_report import write_report
 from .straggler import DEFAULT_RATIO
@@ -88,8 +89,19 @@ class Lifecycle:
       after a failure.
     """
 
-    def __init__(self, run_dir: str, request: Mapping[str, Any], on_node: OnNode, say: Callable[[str], None]):
+    def __init__(
+        self,
+        run_dir: str,
+        request: Mapping[str, Any],
+        on_node: OnNode,
+        say: Callable[[str], None],
+        stopping: Callable[[], Mapping[str, Any] | None] = lambda: None,
+    ):
+        """``stopping()``: stop.yml's request to stop the run (``grace``: its seconds between SIGTERM and SIGKILL),
+        None until it asks. Once asked, no new attempt is launched; what is left of the attempt is stopped with its
+        restart mark removed, and no health check runs."""
         self.run_dir, self.request, self.on_node, self.say = run_dir, request, on_node, say
+        self.stopping = stopping
         self.state_dir = os.path.join(run_dir, STATE_DIR)
         os.makedirs(self.state_dir, exist_ok=True)
         self.attempts = Attempts(self.state_dir)
@@ -157,6 +169,12 @@ class Lifecycle:
         """The attempt's outcome from its fan-out and the supervisor's watch."""
         return self.attempts.end(self.attempts.current.get("fanout") or {}, watched, time.time())
 
+    def end_restarts(self) -> dict[str, Any]:
+        """stop.yml asked for the run to stop between two attempts: the next one is not launched."""
+        self.say(f"attempt {self.attempts.current['number'] + 1} is not started: {STOPPED}")
+        self.attempts.abandon(STOPPED)
+        return self.attempts.after_done()
+
     def after_attempt(self) -> dict[str, Any]:
         """An ended attempt's steps on the cluster (the module's docstring), each said as it is done and marked in
         the state, so that a supervisor started again takes none twice; returns the current attempt, whose
@@ -182,14 +200,15 @@ class Lifecycle:
                 if reach[name].get("unreachable"):
                     self.say(f"{name}: unreachable from the master ({_why(reach[name])}): it gets no rank again")
             if failed:
-                for name, why in self._stop(plan, answering).items():  # survivors of SIGKILL: no rank there again
+                # survivors of SIGKILL: no rank there again
+                for name, why in self._stop(plan, answering, self.stopping()).items():
                     reach[name] = {"unreachable": True, "msg": why}
                     answering.remove(name)
             if int(self.options.get("max_restarts") or 0) <= 0:
                 return self._after_done()
             for name in answering:
                 self._gather(plan, name)
-            checked = failed and self.options.get("health", "exclude") != "off"
+            checked = failed and self.options.get("health", "exclude") != "off" and not self.stopping()
             unhealthy = self._health(plan, answering) if checked else {}
             ratio = float(self.options.get("straggler_ratio") or DEFAULT_RATIO)
             summary = write_report(self.state_dir, plan, current["outcome"], ratio)
@@ -202,6 +221,8 @@ class Lifecycle:
             view = self.attempts.judge(self.options, summary, marks, names, reach, unhealthy)
             self.say(view["message"])
         view = self.attempts.view()
+        if view["next"] in ("relaunch", "replan") and self.stopping():
+            return self.end_restarts()
         if view["next"] == "replan" and not self.attempts.done("replanned"):
             view = self._replan(view)
             self.attempts.mark("replanned")
@@ -222,22 +243,27 @@ class Lifecycle:
             return {}
         return {"unreachable": True, "msg": _why(reply)}
 
-    def _stop(self, plan: Mapping[str, Any], answering: list[str]) -> dict[str, str]:
-        """What is left of the attempt stopped on every node that answers (SIGTERM, grace, SIGKILL); returns the
-        nodes where processes survive SIGKILL, each with why (no rank goes there again: the launch would refuse)."""
+    def _stop(
+        self, plan: Mapping[str, Any], answering: list[str], asked: Mapping[str, Any] | None = None
+    ) -> dict[str, str]:
+        """What is left of the attempt stopped on every node that answers (SIGTERM, grace, SIGKILL); when stop.yml
+        ``asked`` for the stop, with its grace and the restart mark removed. Returns the nodes where processes
+        survive SIGKILL, each with why (no rank goes there again: the launch would refuse)."""
         if self.attempts.done("stopped"):
             return {}
         survivors = {}
+        grace = int((asked or {}).get("grace") or STOP_GRACE_S)
         for name in answering:
             argv = ["python3", f"{self.programs}/run_groups.py", "stop", name, plan["work_home"],
-                    "--run-dir", plan["run_dir"], "--grace", str(STOP_GRACE_S)]  # fmt: skip
-            reply = self.on_node(name, argv)
+                    "--run-dir", plan["run_dir"], "--grace", str(grace)]  # fmt: skip
+            reply = self.on_node(name, argv + (["--cancel-restarts"] if asked else []))
             try:
                 stopped = json.loads(reply.get("stdout") or "")
             except ValueError:
                 self.say(f"{name}: the stop of attempt {self.attempts.current['number']} failed: {_why(reply)}")
                 continue
             if stopped.get("stopped"):
+                self.attempts.stopped_on(name, stopped["stopped"])
                 groups = ", ".join(str(group.get("pgid")) for group in stopped["stopped"])
                 self.say(f"{name}: stopped what was left of the attempt (process groups {groups})")
             if reply.get("rc") != 0:

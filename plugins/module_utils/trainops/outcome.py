@@ -81,31 +81,64 @@ def running_text(
     return "\n".join(lines)
 
 
+def stopped_by_supervisors(answers: Sequence[Mapping[str, Any] | None], node: str) -> list[dict[str, Any]]:
+    """The process groups the runs' supervisors stopped on ``node``, from every node's answer to ``supervise.py
+    stop`` (each ``{"runs": [{"stopped": {node: groups}}]}``; a node that asked nothing answers None)."""
+    return [
+        dict(group)
+        for answer in answers
+        for run in (answer or {}).get("runs") or []
+        for group in (run.get("stopped") or {}).get(node) or []
+    ]
+
+
+def _supervisor_line(name: str, run: Mapping[str, Any]) -> str:
+    where = "/".join(str(run["run_dir"]).rstrip("/").split("/")[-2:])
+    if not run.get("ended"):
+        return (
+            f"{name}: run {where}: its supervisor (pid {run.get('pid')}) did not end within "
+            f"{run.get('waited_s'):.0f} s of being asked to stop; what is left is stopped here directly"
+        )
+    attempt = f"attempt {run['attempt']}" if run.get("attempt") else "the run"
+    return f"{name}: run {where}: stopped by its supervisor (pid {run.get('pid')}): {attempt} ended, no new attempt"
+
+
+def _group_line(name: str, group: Mapping[str, Any], by: str = "") -> str:
+    return (
+        f"{name}: run {group['exp']}/{group['run_id']} (process group {group['pgid']}, {group['processes']} "
+        f"processes) {group['result']} in {group['seconds']} s{by}"
+    )
+
+
 def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line or more per node of what stop.yml did. Each node: ``name``, ``stop_ping`` (its ping result),
-    ``stop_container_info`` (docker_container_info's result), ``run_groups_stopped``, ``accelerator_cards``
-    (set when the cards were checked idle), ``run_groups_restarts_cancelled`` (runs whose restart mark stop.yml
-    removed), ``stop_removed`` (the removal's result)."""
+    ``stop_container_info`` (docker_container_info's result), ``stop_supervisors`` (its answer to ``supervise.py
+    stop``: the runs whose supervisor lived there), ``stop_by_supervisors`` (the groups the supervisors stopped on
+    it), ``run_groups_stopped``, ``accelerator_cards`` (set when the cards were checked idle),
+    ``run_groups_restarts_cancelled`` (runs whose restart mark stop.yml removed), ``stop_removed`` (the removal's
+    result)."""
     lines = []
     for node in nodes:
         name = node["name"]
         ping = node.get("stop_ping") or {}
         info = node.get("stop_container_info") or {}
         cards = "; cards idle" if node.get("accelerator_cards") else ""
+        supervised = (node.get("stop_supervisors") or {}).get("runs") or []
+        by_supervisors = node.get("stop_by_supervisors") or []
         if ping.get("unreachable"):
             lines.append(f"{name}: DID NOT ANSWER ({clip(connection_error(ping.get('msg')), 200)})")
         elif not info.get("exists"):
             lines.append(f"{name}: no training container; nothing runs")
         elif not ((info.get("container") or {}).get("State") or {}).get("Running"):
             lines.append(f"{name}: the training container is stopped; nothing runs")
-        elif not node.get("run_groups_stopped"):
+        elif not node.get("run_groups_stopped") and not supervised and not by_supervisors:
             lines.append(f"{name}: idle, nothing to stop{cards}")
         else:
-            for group in node["run_groups_stopped"]:
-                lines.append(
-                    f"{name}: run {group['exp']}/{group['run_id']} (process group {group['pgid']}, "
-                    f"{group['processes']} processes) {group['result']} in {group['seconds']} s{cards}"
-                )
+            lines += [_supervisor_line(name, run) for run in supervised]
+            lines += [_group_line(name, group, f", by the run's supervisor{cards}") for group in by_supervisors]
+            lines += [_group_line(name, group, cards) for group in node.get("run_groups_stopped") or []]
+            if cards and not by_supervisors and not node.get("run_groups_stopped"):
+                lines.append(f"{name}: nothing left to stop{cards}")
         for run_dir in node.get("run_groups_restarts_cancelled") or []:
             lines.append(f"{name}: run {run_dir}: restarts cancelled (train.yml starts no new attempt)")
         if (node.get("stop_removed") or {}).get("changed"):

@@ -26,6 +26,8 @@ NEVER_RETRIED_KINDS = kinds.NEVER_RESTARTED
 _NEVER_RETRIED_EXCEPTION = re.compile(r"\b(FileNotFoundError|ModuleNotFoundError|ImportError|NotADirectoryError)\b")
 #: Outcomes (kinds) that may be retried: a rank or node that exited, was killed or lost, a hang.
 RETRIED_OUTCOMES = kinds.RESTARTED
+#: Why a run ends when stop.yml stops it (asks its supervisor, or removes its restart mark).
+STOPPED = "stop.yml stopped the run: no new attempt"
 
 
 #: A NaN this many iterations or fewer after the resume blames the save resumed from.
@@ -127,7 +129,7 @@ def retry_decision(
     if last["state"] != "failed":
         return {"retry": False, "reason": f"attempt {k} {last['state']}"}
     if stop_requested:
-        return {"retry": False, "reason": "stop.yml stopped the run: no new attempt"}
+        return {"retry": False, "reason": STOPPED}
     if max_restarts <= 0:
         return {"retry": False, "reason": "max_restarts=0: no restart (-e max_restarts=N restarts after a failure)"}
     if len(attempts) > max_restarts:

@@ -585,6 +585,12 @@ class Watcher:
         saved = self.checkpoints.suffix(self.wall)
         return f"{text} | {saved}" if saved else text
 
+    def stop(self, reason: str) -> None:
+        """End the watch of a running attempt as C(failed), kind C(stopped), on the master: someone asked for the
+        run to stop (stop.yml asks the run's supervisor)."""
+        if self.outcome["state"] == "running":
+            self.outcome = _failed("stopped", self.plan["master"], reason)
+
     def finish(self) -> list[str]:
         """The last progress line, when the last iteration was not printed yet."""
         last = self.progress.last

@@ -8,6 +8,9 @@ that started it.
     python3 supervise.py evidence --run-dir DIR                 a hang's evidence files, as JSON
     python3 supervise.py status --run-dir DIR [--take-up]        where the run stands, as JSON; --take-up starts its
                                                                  supervisor again when it died before the run ended
+    python3 supervise.py stop --work-home DIR [--grace S] [--wait S]
+                                 ask every run's supervisor living here to stop its run, and wait until each has
+                                 (stop.yml)
 
 The lifecycle is the core's (:class:`trainops.lifecycle.Lifecycle` over :class:`trainops.attempts.Attempts`):
 launch (the run's fanout.sh), watch (:func:`trainops.watch.watch`: the run's probe.sh, diagnose.sh and the
@@ -26,6 +29,9 @@ max_restarts``). A node is called lost only when this container cannot reach it.
     result.json    the run's end: ``{"attempt": the last attempt (Attempts.view), "watch": its watch's result}``,
                    or ``{"error": ...}`` when the supervisor itself failed
     log            its own errors (a traceback, should it die of one)
+    stop.json      stop.yml's request to stop the run (``{"asked_at": wall clock, "grace": seconds}``): the
+                   supervisor ends the watch within a second, stops what is left on every node (removing the restart
+                   mark), launches no new attempt, and writes its result
     run/           the lifecycle's state: attempts.json, each node's gathered logs, attempt-K/, health/
 
 ``start`` answers one JSON line: ``{"pid", "started", "ended"}``. A supervisor found dead before the run ended
@@ -39,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import subprocess
@@ -60,7 +67,7 @@ EVENTS_LIMIT = 4 << 20
 
 def paths(run_dir: str) -> dict[str, str]:
     base = os.path.join(run_dir, "supervisor")
-    names = ("request.json", "pid", "lock", "events", "snapshot.json", "result.json", "log")
+    names = ("request.json", "pid", "lock", "events", "snapshot.json", "result.json", "log", "stop.json")
     return {name: os.path.join(base, name) for name in names} | {"state": os.path.join(base, "run")}
 
 
@@ -195,24 +202,52 @@ def on_node_runner(plan_run_dir: str):
     return on_node
 
 
+class StopAsked(Exception):
+    """stop.yml asked the supervisor to stop the run (its stop.json is there)."""
+
+
+def napper(files: dict[str, str]):
+    """The watch's sleep between probes, cut short (:class:`StopAsked`) within half a second of a stop request."""
+
+    def nap(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            if os.path.exists(files["stop.json"]):
+                raise StopAsked
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(0.5, left))
+
+    return nap
+
+
 def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     """The detached process: the run's lifecycle from the step its state is at, its lines to the events, the run's
     end to the result file."""
     from trainops.lifecycle import Lifecycle
+    from trainops.recovery import STOPPED
     from trainops.watch import ProbeError, Watcher, WatchRequest, watch
 
     say = EventLog(files["events"]).say
     request = read_json(files["request.json"])
     first = request["watch"]
     on_node = on_node_runner(first["plan"]["run_dir"])
-    life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]), on_node, say)
+
+    def stopping() -> dict[str, object] | None:
+        return read_json(files["stop.json"]) if os.path.exists(files["stop.json"]) else None
+
+    life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]), on_node, say,
+                     stopping)  # fmt: skip
     if taken_up_from:
         say(f"supervisor: its process {taken_up_from} ended before the run did; taking the run up again (pid "
             f"{os.getpid()}) at its step '{life.step()}'")  # fmt: skip
     launched_here = False
     while True:
         step = life.step()
-        if step in ("launch", "next"):
+        if step == "next" and stopping():
+            life.end_restarts()
+        elif step in ("launch", "next"):
             view = life.launch()
             launched_here = True
         elif step == "watch":
@@ -234,7 +269,15 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
                 write_json(files["snapshot.json"], dict(watcher.result(time.monotonic()), attempt=number))
 
             try:
-                watched = watch(watcher, lambda argv, stdin=None, m=master: on_node(m, argv, stdin), say, probed)
+                if stopping():
+                    raise StopAsked
+                watched = watch(watcher, lambda argv, stdin=None, m=master: on_node(m, argv, stdin), say, probed,
+                                napper(files))  # fmt: skip
+            except StopAsked:
+                say(f"supervisor: stop.yml asked for the run to stop: attempt {view['number']} is stopped, and no "
+                    "new attempt starts")  # fmt: skip
+                watcher.stop(f"stop.yml asked the run's supervisor to stop the run ({STOPPED})")
+                watched = watcher.result(time.monotonic())
             except ProbeError as exc:
                 write_json(files["result.json"], {"error": str(exc), "attempt": life.view()})
                 return
@@ -454,6 +497,33 @@ def status(run_dir: str, take_up: bool) -> dict[str, object]:
     return answer
 
 
+def stop(work_home: str, grace: int, wait: float) -> dict[str, object]:
+    """Ask the supervisor of every run under ``work_home`` that lives in this container to stop its run (its
+    ``stop.json``), then wait up to ``wait`` seconds for each to end. Each run: ``run_dir``, ``pid``, ``ended``
+    (its result is written), ``state``, ``attempt``, ``stopped`` (node -> the process groups it stopped there)."""
+    asked = []
+    for request in sorted(glob.glob(os.path.join(work_home, "runs", "*", "*", "supervisor", "request.json"))):
+        run_dir = os.path.dirname(os.path.dirname(request))
+        files = paths(run_dir)
+        pid = alive(files)
+        if pid and not os.path.exists(files["result.json"]):
+            if not os.path.exists(files["stop.json"]):
+                write_json(files["stop.json"], {"asked_at": time.time(), "grace": grace})
+            asked.append((run_dir, files, pid))
+    deadline = time.monotonic() + wait
+    while any(not os.path.exists(f["result.json"]) for _, f, _ in asked) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    runs = []
+    for run_dir, files, pid in asked:
+        state = read_json(os.path.join(files["state"], "attempts.json")) or {}
+        current = state.get("current") or {}
+        result = read_json(files["result.json"])
+        runs.append({"run_dir": run_dir, "pid": pid, "ended": result is not None, "attempt": current.get("number"),
+                     "state": ((current.get("outcome") or {}).get("state")), "waited_s": wait,
+                     "stopped": current.get("stopped_groups") or {}})  # fmt: skip
+    return {"runs": runs}
+
+
 def evidence(run_dir: str) -> dict[str, str]:
     """The last hang's evidence files (the watch writes them into the run's state), as name -> text."""
     root = os.path.join(paths(run_dir)["state"], "hang")
@@ -469,6 +539,10 @@ def evidence(run_dir: str) -> dict[str, str]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    stopper = commands.add_parser("stop")
+    stopper.add_argument("--work-home", required=True, help="the bundle's work directory in this container")
+    stopper.add_argument("--grace", type=int, default=30, help="seconds between SIGTERM and SIGKILL")
+    stopper.add_argument("--wait", type=float, default=180.0, help="seconds to wait for the supervisors to end")
     for name in ("start", "read", "evidence", "status"):
         sub = commands.add_parser(name)
         sub.add_argument("--run-dir", required=True, help="the run's directory in this container")
@@ -484,6 +558,8 @@ def main(argv: list[str]) -> int:
         answer = read(args.run_dir, args.offset, args.wait)
     elif args.command == "status":
         answer = status(args.run_dir, args.take_up)
+    elif args.command == "stop":
+        answer = stop(args.work_home, args.grace, args.wait)
     else:
         answer = evidence(args.run_dir)
     print(json.dumps(answer))
