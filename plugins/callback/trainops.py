@@ -1,5 +1,5 @@
 """The bundle's screen output: Ansible's default callback, with the warnings of the results it hides and refusals
-printed once.
+printed once, and no banner over a play that prints nothing.
 
 ``ansible.cfg`` hides the lines of hosts that skip a task or end it ``ok`` (``display_skipped_hosts``,
 ``display_ok_hosts``), so that a run prints what a person reads. ansible-core 2.19's default callback then drops
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible import constants as C
+from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 DOCUMENTATION = """
@@ -260,14 +261,54 @@ def last_traceback(events: Iterable[Any]) -> str | None:
     return compact_traceback(found[-1].rstrip(), before=0) if found else None
 
 
+#: The bundle's actions that print for the person themselves (the plan, the progress, the summary): a play that
+#: runs one shows its banner first.
+PRINTING_ACTIONS = frozenset({"trainops_show", "train_watch"})
+
+
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
     CALLBACK_NAME = "trainops"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending_play: Any = None
+
+    # --- a play's banner only over what it prints ----------------------------------------------------------
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        """A play's banner waits until the play prints something (a task's banner, or one of the bundle's
+        printing actions starts): a play whose tasks all skip or end ``ok`` prints nothing at all. -v prints
+        every banner."""
+        if self._display.verbosity > 0:
+            super().v2_playbook_on_play_start(play)
+            return
+        self._play, self._pending_play = play, play
+
+    def _show_play(self) -> None:
+        play, self._pending_play = self._pending_play, None
+        if play is not None:
+            super().v2_playbook_on_play_start(play)
+
+    def _print_task_banner(self, task: Any) -> None:
+        self._show_play()
+        super()._print_task_banner(task)
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        super().v2_playbook_on_task_start(task, is_conditional)
+        if action_name(str(task.action)).rsplit(".", 1)[-1] in PRINTING_ACTIONS:
+            self._show_play()
+
+    def v2_playbook_on_include(self, included_file: Any) -> None:
+        """An included task file or role is no news to the person (``-v`` says which): its tasks print."""
+        if self._display.verbosity > 0:
+            super().v2_playbook_on_include(included_file)
+
     def v2_runner_on_ok(self, result: Any) -> None:
-        super().v2_runner_on_ok(result)
-        hidden = not self.get_option("display_ok_hosts") and not result.result.get("changed", False)
+        include = isinstance(result.task, TaskInclude) and self._display.verbosity == 0
+        if not include:  # an include's banner alone (the default prints it) says nothing: its tasks print
+            super().v2_runner_on_ok(result)
+        hidden = include or (not self.get_option("display_ok_hosts") and not result.result.get("changed", False))
         if hidden and (result.result.get("warnings") or result.result.get("deprecations")):
             if self._last_task_banner != result.task._uuid:
                 self._print_task_banner(result.task)

@@ -43,6 +43,10 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
     first = playbook("train.yml", *SMALL, "-e", "train_iters=20", "-e", ODD_EXP)
     assert first.returncode == 0, first.stdout[-6000:]
     assert "resume       none: a fresh start" in first.stdout
+    # what a person reads of a successful run (issue 35 item 8): no banner over a play that prints nothing, no
+    # include's banner, a plan made again shows only the lines that changed
+    assert len(first.stdout.splitlines()) <= 100, first.stdout
+    assert "included:" not in first.stdout and "PLAY [Reach every node before changing any]" not in first.stdout
     progress = r"iteration 20/20 \(100%\) \| lm loss [\d.]+ \| [\d,]+ ms/it \| [\d,]+ tokens/s/card"
     assert re.search(progress, first.stdout)
     run_dir = _latest_run(ODD)
