@@ -13,7 +13,8 @@ For each repetition, in one run (so the numbers compare like with like):
   checkpoint 5 is written, rank 3 (node2) is killed with SIGKILL; from the kill to the first iteration line of
   attempt 2's last rank (its log is polled in the container every 0.2 s);
 * the supervisor's own part of it, from its events' timestamps (the containers share this machine's clock):
-  ``to noticed``, the kill to the supervisor's first line after it (the watch's verdict); ``to relaunch``, the kill
+  ``to noticed``, the kill to its line ``supervisor: attempt 1 ended failed`` (the watch's verdict: torchrun's
+  own exit after its rank's death, then the next probe, every ``poll_interval``, 5 s); ``to relaunch``, the kill
   to its line ``attempt 2 begins`` (noticing, the stop of what is left, gathering the logs, the health check, the
   judgement, the resume choice, setting the attempt aside); the rest is the fan-out and the job's own start-up.
 
@@ -76,7 +77,7 @@ def recovery(round_: int) -> tuple[float, float, float]:
             "attempt 2's first iteration",
         )
         events = [event for event in _events(runs) if event["t"] >= killed_at]
-        noticed = events[0]["t"] - killed_at
+        noticed = next(e["t"] for e in events if e["line"].startswith("supervisor: attempt 1 ended failed")) - killed_at
         relaunched = next(e["t"] for e in events if e["line"].startswith("attempt 2 begins")) - killed_at
         return noticed, relaunched, first - killed
     finally:

@@ -162,7 +162,6 @@ CASES = [
     ("start-timeout", "train.yml", ("-e", "start_timeout=0"), "-e start_timeout='0' must be a number >= 1"),
     ("runs-dir-empty", "train.yml", ("-e", "runs_dir="), "-e runs_dir= is empty"),
     ("restarts-word", "train.yml", ("-e", "max_restarts=x"), "-e max_restarts='x' is not an integer"),
-    ("restarts-nowait", "train.yml", ("-e", "max_restarts=1", "-e", "wait=false"), "max_restarts=1 needs the watcher"),
     ("elastic-bool", "train.yml", ("-e", "elastic=maybe"), "-e elastic='maybe' must be true or false"),
     ("elastic-alone", "train.yml", ("-e", "elastic=true"), "give -e max_restarts=N (N >= 1) too"),
     ("min-nodes", "train.yml", ("-e", "max_restarts=1", "-e", "min_nodes=0"), "-e min_nodes='0' must be a whole"),

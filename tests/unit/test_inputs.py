@@ -332,7 +332,6 @@ def test_a_cluster_field_only_the_nodes_see_is_refused():
         ("train", {"keep_dry_run": "true"}, "-e keep_dry_run=true says what retention would remove"),
         ("train", {"keep_checkpoints": "2", "verify_checkpoints": "false"}, "verify_checkpoints=false verifies none"),
         ("train", {"keep_checkpoints": "2", "training": {"save_interval": 0}}, "training.save_interval=0 makes none"),
-        ("train", {"keep_checkpoints": "2", "wait": "false"}, "wait=false returns once the run is launched"),
         ("train", {"min_nodes": "2"}, "-e min_nodes=2 is the fewest nodes an elastic re-plan may use"),
         ("train", {"use_nodes": "node1,node2", "exclude_nodes": "node2"}, "name each node in one of them"),
         ("train", {"health_max_age": "3", "health": "off"}, "health=off skips the check"),
@@ -345,6 +344,11 @@ def test_a_cluster_field_only_the_nodes_see_is_refused():
 def test_options_that_need_or_exclude_others(playbook, extra, words):
     problems = check(given(playbook, extra=extra)).problems
     assert len(problems) == 1 and words in problems[0]
+
+
+def test_a_run_that_no_terminal_follows_still_restarts_and_keeps_its_retention():
+    # the run's supervisor on the cluster restarts it and applies retention, with no train.yml following it
+    assert check(given("train", extra={"max_restarts": "1", "keep_checkpoints": "2", "wait": "false"})).problems == []
 
 
 def test_a_site_default_in_the_inventory_is_not_held_to_the_rules():

@@ -378,9 +378,6 @@ RULES = (
          "one of them", when=_positive),
     Rule("keep_checkpoints", "saves (training.save_interval > 0)", _saves_on,
          "removes old saves, and training.save_interval=0 makes none: drop one of them", when=_positive),
-    Rule("keep_checkpoints", "wait=true", lambda o: o["wait"],
-         "is applied by train.yml's watcher while the run goes on, and wait=false returns once the run is "
-         "launched: drop one of them", when=_positive),
     Rule("keep_every", "keep_checkpoints >= 1", lambda o: o["keep_checkpoints"] > 0,
          "keeps milestone saves from retention, and there is none without keep_checkpoints: give "
          "keep_checkpoints=N (N >= 1), or drop keep_every", when=_positive),

@@ -48,7 +48,8 @@ def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     Each value is judged by its entry in :data:`.options.OPTIONS` (a missing one takes its default; ``hang_timeout``
     ``auto`` becomes None: ``max(10 x p90 time between iteration lines, 300 s)``). The rules between them:
-    ``hang_timeout`` at least ``poll_interval``; ``max_restarts`` needs ``wait``; ``elastic`` needs ``max_restarts``.
+    ``hang_timeout`` at least ``poll_interval``; ``elastic`` needs ``max_restarts``. (``max_restarts`` with
+    ``wait=false`` is a run restarted by its supervisor with no terminal following it.)
     """
     problems: list[str] = []
     out: dict[str, Any] = {}
@@ -69,11 +70,6 @@ def watch_options(raw: Mapping[str, Any]) -> dict[str, Any]:
         )
     if out["elastic"] and not out["max_restarts"]:
         problems.append("-e elastic=true re-plans at a restart: give -e max_restarts=N (N >= 1) too")
-    if out["max_restarts"] and out["wait"] is False:
-        problems.append(
-            f"-e max_restarts={out['max_restarts']} needs the watcher: drop -e wait=false (train.yml restarts a run "
-            "it watches)"
-        )
     if problems:
         raise PlanError(problems)
     return out

@@ -281,7 +281,13 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
             except ProbeError as exc:
                 write_json(files["result.json"], {"error": str(exc), "attempt": life.view()})
                 return
-            life.ended(watched)
+            view = life.ended(watched)
+            outcome = view.get("outcome") or {}
+            if outcome.get("state") == "failed" and life.step() == "after":
+                restarts = int(life.options.get("max_restarts") or 0) > 0
+                then = ", gathering the logs and checking the nodes before the decision" if restarts else ""
+                failed = f"{outcome.get('kind')}, {outcome.get('node')}"
+                say(f"supervisor: attempt {view['number']} ended failed ({failed}): stopping what is left{then}")
             launched_here = False
         elif step == "after":
             life.after_attempt()
