@@ -5,8 +5,11 @@ is not a fault of the run.
 The faults are real, one after the other in one run: every SSH packet from this machine (the controller) to the
 nodes answered with a TCP reset by iptables for 20 s (what a laptop that changes network, or a VPN that reconnects,
 does to open connections), then dropped for 60 s (a cut link); then train.yml killed with SIGKILL, then the
-supervisor killed with SIGKILL. Before the supervisor, the reset alone made train.yml call the master lost, end a
-healthy run ``failed`` and record ``lost`` incidents against both nodes while their ranks trained on unwatched.
+supervisor killed with SIGKILL; then a terminal that follows (status.yml -e follow=true) killed with SIGKILL just as a
+rank is killed, so that the recovery runs with no controller; then stop.yml, which asks the supervisor, while a
+follower collects and reports the run's end. Before the supervisor, the reset alone made train.yml call the master
+lost, end a healthy run ``failed`` and record ``lost`` incidents against both nodes while their ranks trained on
+unwatched.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from testbed import ROOT, clean_experiment, in_container, latest_run, playbook, train_in_background
+from testbed import BIN, INVENTORY, ROOT, clean_experiment, env, in_container, latest_run, playbook, train_in_background
 
 pytestmark = pytest.mark.testbed
 
@@ -72,6 +76,15 @@ def wait_for(predicate, what: str, job: subprocess.Popen | None, log, timeout: f
         assert job is None or job.poll() is None, log.read_text()[-4000:]
         assert time.monotonic() < deadline, f"no {what} within {timeout} s: {log.read_text()[-4000:]}"
         time.sleep(1)
+
+
+def follow_in_background(output: Path) -> subprocess.Popen:
+    """status.yml -e follow=true in the background, its output to ``output``."""
+    return subprocess.Popen(
+        [str(BIN / "ansible-playbook"), "-i", str(INVENTORY), "playbooks/status.yml", "-e", "follow=true",
+         "-e", "train_wait=300"],
+        cwd=ROOT, env=env(), stdout=open(output, "w"), stderr=subprocess.STDOUT, text=True,  # noqa: SIM115
+    )  # fmt: skip
 
 
 def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_takes_a_killed_supervisor_up(
@@ -140,21 +153,39 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         # a status.yml after that sees it watching, and starts nothing
         seen = playbook("playbooks/status.yml", timeout=300).stdout
         assert re.search(rf"watched  by its supervisor \(pid {taken.group(1)} in node1's container since ", seen), seen
-        # with no controller, a rank killed: the supervisor stops what is left, judges the attempt from the logs it
-        # gathers, and launches attempt 2 itself
+        # a terminal follows the run (status.yml -e follow=true); a rank is killed and the follower with it, at
+        # once, during the recovery (the restart's steps run on the cluster): the supervisor stops what is left,
+        # judges the attempt from the logs it gathers, and launches attempt 2 itself
+        follower = follow_in_background(tmp_path / "follow-1.out")
+        wait_for(lambda: iterations((tmp_path / "follow-1.out").read_text()), "the follower's progress", follower,
+                 tmp_path / "follow-1.out")  # fmt: skip
         in_container("node2", KILL_RANK_3)
+        kill_controller(follower)
         state = f"{supervisor}/run/attempts.json"
+        assert json.loads(in_container("node1", f"cat {state}").stdout)["current"]["number"] == 1
         wait_for(lambda: json.loads(in_container("node1", f"cat {state}").stdout)["current"]["number"] == 2,
                  "attempt 2", None, log, 240)  # fmt: skip
         wait_for(lambda: rank_is_running("node2"), "attempt 2's ranks", None, log, 120)
         later = playbook("playbooks/status.yml", timeout=300).stdout
         assert re.search(rf"watched  by its supervisor \(pid {taken.group(1)} in node1's container since .*\), "
                          r"attempt 2 ", later), later[-3000:]  # fmt: skip
-        # report.yml collects the supervisor's record with the master's logs: attempt 1 judged failed, node2 named
-        reported = playbook("playbooks/report.yml", "-e", f"run={latest_run(exp)}", timeout=300)
-        assert reported.returncode == 0, reported.stdout[-3000:]
+        # a follower attached when stop.yml asks the supervisor to stop the run: the run ends, and the follower
+        # collects it (the supervisor's record with the nodes' logs) and reports both attempts
+        follower = follow_in_background(tmp_path / "follow-2.out")
+        wait_for(lambda: iterations((tmp_path / "follow-2.out").read_text()), "the follower's progress", follower,
+                 tmp_path / "follow-2.out")  # fmt: skip
+        stop = playbook("stop.yml")
+        assert stop.returncode == 0, stop.stdout[-3000:]
+        assert re.search(r"node1: run controller-faults/\S+: stopped by its supervisor \(pid \d+\): attempt 2 ended",
+                         stop.stdout), stop.stdout[-3000:]  # fmt: skip
+        follower.wait(timeout=300)
+        followed = (tmp_path / "follow-2.out").read_text()
+        assert follower.returncode == 0, followed[-5000:]
+        assert "supervisor: stop.yml asked for the run to stop: attempt 2 is stopped" in followed, followed[-5000:]
+        assert re.search(r"run +controller-faults / \S+ \(smoke\): failed", followed), followed[-5000:]
         summary = json.loads((latest_run(exp) / "summary.json").read_text())
-        assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]] == [(1, "failed", "node2")]
+        assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]][:1] == [(1, "failed", "node2")]
+        assert [a["attempt"] for a in summary["attempts"]] == [1, 2], summary["attempts"]
     finally:
         job.kill()
         stop = playbook("stop.yml")

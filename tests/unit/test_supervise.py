@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -281,3 +282,23 @@ def test_status_takes_a_dead_supervisor_up_while_a_reader_looks(run):
     assert seen["attempt"] == 1 and seen["pid"] == answer["pid"] and seen["taken_up_from"] == 0
     (run_dir / "states").write_text(FINISHED)
     assert follow(run_dir)[1]["watch"]["state"] == "finished"
+
+
+def test_the_watch_s_sleep_ends_when_the_launch_here_exits_and_a_stop_request_cuts_it_short(tmp_path):
+    program = load_program()
+    files = program.paths(str(tmp_path))
+    os.makedirs(os.path.dirname(files["stop.json"]))
+    exit_file = tmp_path / "exit" / "node1.rc"
+    exit_file.parent.mkdir()
+    # the launch exits during a long sleep: the sleep ends then (a stop request 30 s later would fail the test)
+    threading.Timer(0.3, exit_file.write_text, ("137\n",)).start()
+    asked = threading.Timer(30, Path(files["stop.json"]).write_text, ("{}",))
+    asked.start()
+    try:
+        program.napper(files, str(exit_file))(120)
+    finally:
+        asked.cancel()
+    # an exit status there before the sleep began (a watch taken up) does not end every sleep at once
+    threading.Timer(0.3, Path(files["stop.json"]).write_text, ("{}",)).start()
+    with pytest.raises(program.StopAsked):
+        program.napper(files, str(exit_file))(120)

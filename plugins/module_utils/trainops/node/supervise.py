@@ -206,14 +206,19 @@ class StopAsked(Exception):
     """stop.yml asked the supervisor to stop the run (its stop.json is there)."""
 
 
-def napper(files: dict[str, str]):
-    """The watch's sleep between probes, cut short (:class:`StopAsked`) within half a second of a stop request."""
+def napper(files: dict[str, str], exit_file: str):
+    """The watch's sleep between probes, cut short within half a second of a stop request (:class:`StopAsked`), or
+    of the launch on this node ending (``exit_file``, its exit status, appears: torchrun ends on every node when a
+    rank dies anywhere, so the next probe comes at once instead of up to ``poll_interval`` later)."""
 
     def nap(seconds: float) -> None:
         deadline = time.monotonic() + seconds
+        exited = os.path.exists(exit_file)
         while True:
             if os.path.exists(files["stop.json"]):
                 raise StopAsked
+            if not exited and os.path.exists(exit_file):
+                return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -271,8 +276,10 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
             try:
                 if stopping():
                     raise StopAsked
+                # the launch's exit status on the supervisor's own node (the master's, unless a re-plan moved it)
+                exit_file = os.path.join(view["plan"]["run_dir"], "exit", f"{master}.rc")
                 watched = watch(watcher, lambda argv, stdin=None, m=master: on_node(m, argv, stdin), say, probed,
-                                napper(files))  # fmt: skip
+                                napper(files, exit_file))  # fmt: skip
             except StopAsked:
                 say(f"supervisor: stop.yml asked for the run to stop: attempt {view['number']} is stopped, and no "
                     "new attempt starts")  # fmt: skip
@@ -284,7 +291,7 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
             view = life.ended(watched)
             outcome = view.get("outcome") or {}
             if outcome.get("state") == "failed" and life.step() == "after":
-                restarts = int(life.options.get("max_restarts") or 0) > 0
+                restarts = int(life.options.get("max_restarts") or 0) > 0 and not stopping()
                 then = ", gathering the logs and checking the nodes before the decision" if restarts else ""
                 failed = f"{outcome.get('kind')}, {outcome.get('node')}"
                 say(f"supervisor: attempt {view['number']} ended failed ({failed}): stopping what is left{then}")
