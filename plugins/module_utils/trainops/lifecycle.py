@@ -53,7 +53,7 @@ from .straggler import DEFAULT_RATIO
 #: (``rc``, ``stdout``, ``stderr``; ``failed`` and ``msg`` when rc is not 0; ``unreachable`` when ssh could not
 #: reach the node).
 OnNode = Callable[..., dict[str, Any]]
-#: Seconds a stop waits after SIGTERM before SIGKILL (the stop script's, and stop.yml's).
+#: Seconds a stop waits after SIGTERM before SIGKILL when the run's options do not say (-e stop_grace).
 STOP_GRACE_S = 30
 #: The state directory under the run's directory on the supervisor's host.
 STATE_DIR = os.path.join("supervisor", "run")
@@ -107,6 +107,7 @@ class Lifecycle:
         self.attempts = Attempts(self.state_dir)
         self.options = dict(request.get("options") or {})
         self.programs = request["programs"]
+        self._reached: dict[str, dict[str, Any]] = {}  # the nodes reached in the steps after an attempt
 
     # --- where the run is -------------------------------------------------------------------------------------
     def step(self) -> str:
@@ -189,6 +190,7 @@ class Lifecycle:
             return self.attempts.after_done()
 
     def _after_attempt(self) -> dict[str, Any]:
+        self._reached = {}
         current = self.attempts.current
         plan = current["plan"]
         failed = current["outcome"].get("state") == "failed"
@@ -238,10 +240,12 @@ class Lifecycle:
         return [node["name"] for node in plan["nodes"]]
 
     def _reach(self, name: str) -> dict[str, Any]:
-        reply = self.on_node(name, ["true"])
-        if reply.get("rc") == 0:
-            return {}
-        return {"unreachable": True, "msg": _why(reply)}
+        """Whether the master reaches ``name`` ({} or ``unreachable`` with why): asked once per node in the steps
+        after an attempt (the health check and the re-plan both ask of a spare)."""
+        if name not in self._reached:
+            reply = self.on_node(name, ["true"])
+            self._reached[name] = {} if reply.get("rc") == 0 else {"unreachable": True, "msg": _why(reply)}
+        return self._reached[name]
 
     def _stop(
         self, plan: Mapping[str, Any], answering: list[str], asked: Mapping[str, Any] | None = None
@@ -252,7 +256,7 @@ class Lifecycle:
         if self.attempts.done("stopped"):
             return {}
         survivors = {}
-        grace = int((asked or {}).get("grace") or STOP_GRACE_S)
+        grace = int((asked or {}).get("grace") or self.options.get("stop_grace") or STOP_GRACE_S)
         for name in answering:
             argv = ["python3", f"{self.programs}/run_groups.py", "stop", name, plan["work_home"],
                     "--run-dir", plan["run_dir"], "--grace", str(grace)]  # fmt: skip
