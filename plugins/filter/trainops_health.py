@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,8 +14,11 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
+from ansible.utils.display import Display  # noqa: E402
 from trainops import collective, health, node_choice  # noqa: E402
 from trainops.options import convert  # noqa: E402
+
+display = Display()
 
 
 def health_facts(
@@ -46,6 +50,17 @@ def health_facts(
         return {"error": f"the facts could not be read in '{container}': {facts['error'].split(': ', 1)[-1]}",
                 "action": f"run python3 in '{container}' by hand to see why"}  # fmt: skip
     return facts
+
+
+def full_records(health_dir: str, nodes: list[str], max_age_h: Any) -> list[dict[str, Any]]:
+    """The full checks younger than ``max_age_h`` hours for ``nodes`` (trainops.health.full_records): what train.yml
+    hands the run's supervisor, whose quick check after a failure carries them as health.yml's quick check does. A
+    damaged record is skipped, with a warning."""
+    warnings: list[str] = []
+    found = health.full_records(health_dir, nodes, time.time(), float(max_age_h or 0) * 3600, warnings)
+    for warning in warnings:
+        display.warning(warning)
+    return found
 
 
 def burn_in_facts(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,6 +203,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "trainops_health_facts": health_facts,
+            "trainops_health_full_records": full_records,
             "trainops_burn_in_facts": burn_in_facts,
             "trainops_collective_run_facts": collective_run_facts,
             "trainops_fleet_missed": fleet_missed,

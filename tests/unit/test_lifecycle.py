@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from presets import load_preset, make_plan
+from trainops import health
 from trainops.lifecycle import STATE_DIR, Lifecycle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +108,25 @@ def test_a_restart_mark_removed_by_stop_yml_ends_the_run(cluster):
     view = life.after_attempt()
     assert view["next"] == "end" and life.step() == "done"
     assert "stop.yml" in view["decision"]["reason"], view["decision"]
+
+
+def test_the_health_check_after_a_failure_carries_a_recent_full_check_and_leaves_a_node_sick_in_it_out(cluster):
+    life, _, said, _, _ = cluster
+    now = time.time()
+    burn_in = {"check": "burn_in", "status": "sick", "detail": "card 1 failed its burn-in", "action": "replace it"}
+    full = [{"time": now - 3600, "level": "full", "verdicts": {"node2": {"checks": [burn_in]}}}]
+    life.request = dict(life.request, health=dict(life.request["health"], full=full, max_age_h=24))
+    life.options["health"] = "exclude"
+    life.launch()
+    life.ended(FAILED)
+    view = life.after_attempt()
+    assert view["next"] == "end" and "node2" in view["lost"], view  # no elastic: one node left is not the plan
+    assert "sick in the health check" in view["lost"]["node2"], view["lost"]
+    shown = next(line for line in said if line.startswith("health       after the failure"))
+    assert "node2  sick" in shown and "(the full check of " in shown and "1.0 h ago)" in shown, shown
+    assert life.attempts.left_out()["node2"].startswith("sick in the health check after attempt 1"), said
+    # older than health_max_age: nothing is carried
+    assert health.carry(full, ["node2"], now + 24 * 3600, 24 * 3600) == {}
 
 
 def test_a_stop_asked_by_stop_yml_stops_every_node_with_its_grace_removes_the_mark_and_launches_nothing(cluster):

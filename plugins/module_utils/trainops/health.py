@@ -767,18 +767,41 @@ def last_checked(
     return out
 
 
-def carried_full(
+def full_records(
     health_dir: str, nodes: Sequence[str], now: float, max_age_s: float, warnings: list[str] | None = None
-) -> dict[str, list[dict]]:
-    """The full-level checks (:data:`FULL_CHECKS`) of each node's newest full check younger than ``max_age_s``,
-    each detail saying where it comes from: what a quick check carries into its verdicts. None when ``max_age_s``
-    is 0. A damaged record is skipped and named in ``warnings``."""
-    out: dict[str, list[dict]] = {}
+) -> list[dict[str, Any]]:
+    """The full checks younger than ``max_age_s`` under ``health_dir``, newest first, each ``{"time", "level",
+    "verdicts": {node: {"checks": its full-level checks (FULL_CHECKS)}}}`` for ``nodes``, as :func:`carry` reads
+    them: from the newest on, until each node has one (what train.yml hands the run's supervisor, whose check after
+    a failure carries them). None when ``max_age_s`` is 0. A damaged record is skipped and named in ``warnings``."""
+    found: list[dict[str, Any]] = []
     if max_age_s <= 0:
-        return out
+        return found
+    seen: set[str] = set()
     for data in _newest_first(health_dir, FULL_SUFFIX, since=now - max_age_s, warnings=warnings):
+        if data.get("level") != "full" or now - float(data.get("time") or 0) > max_age_s:
+            continue
+        verdicts = {
+            node: {"checks": [c for c in data["verdicts"][node].get("checks") or [] if c.get("check") in FULL_CHECKS]}
+            for node in nodes
+            if node in data["verdicts"] and node not in seen
+        }
+        if verdicts:
+            found.append({"time": float(data["time"]), "level": "full", "verdicts": verdicts})
+            seen |= set(verdicts)
+        if seen >= set(nodes):
+            break
+    return found
+
+
+def carry(full: Sequence[Mapping[str, Any]], nodes: Sequence[str], now: float, max_age_s: float) -> dict[str, list]:
+    """The full-level checks each node carries into a quick check: those of its newest full check in ``full``
+    (:func:`full_records`, newest first) younger than ``max_age_s`` at ``now``, each detail saying where it comes
+    from."""
+    out: dict[str, list[dict]] = {}
+    for data in full:
         age = now - float(data.get("time") or 0)
-        if age > max_age_s or data.get("level") != "full":
+        if max_age_s <= 0 or age > max_age_s or data.get("level") != "full":
             continue
         stamp = dt.datetime.fromtimestamp(float(data["time"]), dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         for node in nodes:
@@ -789,9 +812,16 @@ def carried_full(
                 dict(c, detail=f"{c['detail']} (the full check of {stamp}, {age / 3600:.1f} h ago)", carried=True)
                 for c in checks
             ]
-        if all(n in out for n in nodes):
-            break
     return out
+
+
+def carried_full(
+    health_dir: str, nodes: Sequence[str], now: float, max_age_s: float, warnings: list[str] | None = None
+) -> dict[str, list[dict]]:
+    """The full-level checks (:data:`FULL_CHECKS`) of each node's newest full check younger than ``max_age_s``,
+    each detail saying where it comes from: what a quick check carries into its verdicts. None when ``max_age_s``
+    is 0. A damaged record is skipped and named in ``warnings``."""
+    return carry(full_records(health_dir, nodes, now, max_age_s, warnings), nodes, now, max_age_s)
 
 
 def incidents(verdicts: Mapping[str, Mapping[str, Any]], name: str, path: str, now: float) -> list[dict[str, Any]]:

@@ -85,8 +85,9 @@ class Lifecycle:
     * ``options``: the run's options (``max_restarts``, ``elastic``, ``min_nodes``, ``health``,
       ``verify_checkpoints``, ``straggler_ratio``);
     * ``programs``: the node package's programs in the containers; ``health``: ``device_tool``,
-      ``megatron_home`` and ``expected`` (the card's memory, the checkpoint's size, the free space) for the check
-      after a failure.
+      ``megatron_home``, ``expected`` (the card's memory, the checkpoint's size), ``full`` (the site's recent full
+      checks, :func:`trainops.health.full_records`) and ``max_age_h`` (how long one stands) for the check after a
+      failure.
     """
 
     def __init__(
@@ -312,8 +313,10 @@ class Lifecycle:
             facts[name] = health.node_facts(self.on_node(name, argv), slots.get(name), tool)
         if not facts:
             return {}
-        verdicts = health.judge(facts, checked.get("expected") or {})
         now = time.time()
+        # the full checks train.yml handed it that are still young enough: carried, as health.yml's quick check does
+        carried = health.carry(checked.get("full") or [], list(facts), now, float(checked.get("max_age_h") or 0) * 3600)
+        verdicts = health.judge(facts, checked.get("expected") or {}, None, carried)
         health_dir = os.path.join(self.state_dir, "health")
         path = health.record(health_dir, "quick", verdicts, facts, now,
                              f"the run's supervisor, after attempt {self.attempts.current['number']}")  # fmt: skip
