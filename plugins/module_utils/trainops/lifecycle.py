@@ -257,7 +257,8 @@ class Lifecycle:
         if self.attempts.done("stopped"):
             return {}
         survivors = {}
-        grace = int((asked or {}).get("grace") or self.options.get("stop_grace") or STOP_GRACE_S)
+        given = [(asked or {}).get("grace"), self.options.get("stop_grace")]
+        grace = int(next((value for value in given if value is not None), STOP_GRACE_S))
         for name in answering:
             argv = ["python3", f"{self.programs}/run_groups.py", "stop", name, plan["work_home"],
                     "--run-dir", plan["run_dir"], "--grace", str(grace)]  # fmt: skip

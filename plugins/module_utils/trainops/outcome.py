@@ -206,8 +206,8 @@ def followed_text(runs: Sequence[Mapping[str, Any]]) -> str:
         elif watch.get("state") == "failed":
             lines.append(
                 f"{head}: failed ({watch.get('kind')}, {watch.get('node')}): {clip(watch.get('reason') or '', 400)}"
-                f"{progress}. Its supervisor stopped what was left of it, and restarts it where -e max_restarts "
-                "allows (report.yml reports the run)"
+                f"{progress}. The run has ended: its supervisor stopped what was left of it (the report below says "
+                "whether and why it was not restarted)"
             )
         else:
             lines.append(f"{head}: {watch.get('state')}{progress}")

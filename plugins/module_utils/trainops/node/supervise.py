@@ -240,7 +240,11 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     on_node = on_node_runner(first["plan"]["run_dir"])
 
     def stopping() -> dict[str, object] | None:
-        return read_json(files["stop.json"]) if os.path.exists(files["stop.json"]) else None
+        """stop.yml's request; one whose file cannot be read (a person's ``touch``) is a request all the same."""
+        if not os.path.exists(files["stop.json"]):
+            return None
+        asked = read_json(files["stop.json"])
+        return asked if isinstance(asked, dict) else {"asked_at": None}
 
     life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]), on_node, say,
                      stopping)  # fmt: skip
