@@ -51,6 +51,14 @@ def _events(runs: str) -> list[dict]:
     return [json.loads(row) for row in found.splitlines() if row.startswith('{"t"')]
 
 
+def _said(events: list[dict], start: str) -> float:
+    """When the supervisor said the first line that starts with ``start``."""
+    found = [event["t"] for event in events if event["line"].startswith(start)]
+    if not found:
+        raise SystemExit(f"the supervisor did not say '{start}...' after the kill: {[e['line'] for e in events][:20]}")
+    return found[0]
+
+
 def recovery(round_: int) -> tuple[float, float, float, float]:
     """Seconds from the SIGKILL of a rank to: torchrun's exit on node2, the supervisor's verdict, its launch of
     attempt 2, attempt 2's first iteration line."""
@@ -83,8 +91,8 @@ def recovery(round_: int) -> tuple[float, float, float, float]:
         status = f"{runs}/*/attempt-1/exit/node2.rc"
         exited = float(in_container("node2", f"stat -c %.3Y {status}").stdout.split()[0]) - killed_at
         events = [event for event in _events(runs) if event["t"] >= killed_at]
-        noticed = next(e["t"] for e in events if e["line"].startswith("supervisor: attempt 1 ended failed")) - killed_at
-        relaunched = next(e["t"] for e in events if e["line"].startswith("attempt 2 begins")) - killed_at
+        noticed = _said(events, "supervisor: attempt 1 ended failed") - killed_at
+        relaunched = _said(events, "attempt 2 begins") - killed_at
         return exited, noticed, relaunched, first - killed
     finally:
         playbook("stop.yml")
