@@ -56,8 +56,9 @@ def start(directory: str, builder: str, builder_args: list[str]) -> int:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-        with open(os.path.join(directory, "pid"), "w", encoding="utf-8") as handle:
+        with open(os.path.join(directory, "pid.tmp"), "w", encoding="utf-8") as handle:
             handle.write(f"{os.getpid()}\n")
+        os.replace(os.path.join(directory, "pid.tmp"), os.path.join(directory, "pid"))  # never read half-written
         command = [sys.executable, builder,
                    "--progress", os.path.join(directory, "progress.json"), *builder_args]  # fmt: skip
         with open(os.path.join(directory, "log"), "wb") as log:
