@@ -79,7 +79,8 @@ def wait_for(predicate, what: str, job: subprocess.Popen | None, log, timeout: f
 
 
 def follow_in_background(output: Path) -> subprocess.Popen:
-    """status.yml -e follow=true in the background, its output to ``output``."""
+    """status.yml -e follow=true in the background, its output to ``output``. train_wait overridden (default
+    86,400 s) only to bound how long this terminal would follow a run that failed to end; the run ends earlier."""
     return subprocess.Popen(
         [str(BIN / "ansible-playbook"), "-i", str(INVENTORY), "playbooks/status.yml", "-e", "follow=true",
          "-e", "train_wait=300"],

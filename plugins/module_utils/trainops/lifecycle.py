@@ -168,8 +168,16 @@ class Lifecycle:
         return view
 
     def ended(self, watched: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The attempt's outcome from its fan-out and the supervisor's watch."""
-        return self.attempts.end(self.attempts.current.get("fanout") or {}, watched, time.time())
+        """The attempt's outcome from its fan-out and the supervisor's watch; a failed one is said with the steps
+        that follow."""
+        view = self.attempts.end(self.attempts.current.get("fanout") or {}, watched, time.time())
+        outcome = view.get("outcome") or {}
+        if outcome.get("state") == "failed" and self.step() == "after":
+            restarts = int(self.options.get("max_restarts") or 0) > 0 and not self.stopping()
+            then = ", gathering the logs and checking the nodes before the decision" if restarts else ""
+            failed = f"{outcome.get('kind')}, {outcome.get('node')}"
+            self.say(f"supervisor: attempt {view['number']} ended failed ({failed}): stopping what is left{then}")
+        return view
 
     def end_restarts(self) -> dict[str, Any]:
         """stop.yml asked for the run to stop between two attempts: the next one is not launched."""

@@ -206,6 +206,15 @@ class StopAsked(Exception):
     """stop.yml asked the supervisor to stop the run (its stop.json is there)."""
 
 
+def stop_request(files: dict[str, str]) -> dict[str, object] | None:
+    """stop.yml's request to stop the run, None before it asks; one whose file cannot be read (a person's
+    ``touch``) is a request all the same."""
+    if not os.path.exists(files["stop.json"]):
+        return None
+    asked = read_json(files["stop.json"])
+    return asked if isinstance(asked, dict) else {"asked_at": None}
+
+
 def napper(files: dict[str, str], exit_file: str):
     """The watch's sleep between probes, cut short within half a second of a stop request (:class:`StopAsked`), or
     of the launch on this node ending (``exit_file``, its exit status, appears: torchrun ends on every node when a
@@ -215,7 +224,7 @@ def napper(files: dict[str, str], exit_file: str):
         deadline = time.monotonic() + seconds
         exited = os.path.exists(exit_file)
         while True:
-            if os.path.exists(files["stop.json"]):
+            if stop_request(files) is not None:
                 raise StopAsked
             if not exited and os.path.exists(exit_file):
                 return
@@ -240,11 +249,7 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     on_node = on_node_runner(first["plan"]["run_dir"])
 
     def stopping() -> dict[str, object] | None:
-        """stop.yml's request; one whose file cannot be read (a person's ``touch``) is a request all the same."""
-        if not os.path.exists(files["stop.json"]):
-            return None
-        asked = read_json(files["stop.json"])
-        return asked if isinstance(asked, dict) else {"asked_at": None}
+        return stop_request(files)
 
     life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]), on_node, say,
                      stopping)  # fmt: skip
@@ -292,13 +297,7 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
             except ProbeError as exc:
                 write_json(files["result.json"], {"error": str(exc), "attempt": life.view()})
                 return
-            view = life.ended(watched)
-            outcome = view.get("outcome") or {}
-            if outcome.get("state") == "failed" and life.step() == "after":
-                restarts = int(life.options.get("max_restarts") or 0) > 0 and not stopping()
-                then = ", gathering the logs and checking the nodes before the decision" if restarts else ""
-                failed = f"{outcome.get('kind')}, {outcome.get('node')}"
-                say(f"supervisor: attempt {view['number']} ended failed ({failed}): stopping what is left{then}")
+            life.ended(watched)
             launched_here = False
         elif step == "after":
             life.after_attempt()
