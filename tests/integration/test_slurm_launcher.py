@@ -171,8 +171,15 @@ def test_stop_cancels_a_running_job_and_no_rank_survives_in_any_container(provis
     assert _sacct(job_id) == "CANCELLED by 0"
     assert not _bundle_jobs()
     _no_rank_left()
-    # the ranks were stopped by the job's own tasks as Slurm ended them, before stop.yml's node plays looked
-    assert "node1: idle, nothing to stop" in stop.stdout and "node2: idle, nothing to stop" in stop.stdout
+    # the ranks were stopped by the job's own tasks as Slurm ended them, before stop.yml's node plays looked: no
+    # node stopped a process group itself; the run's supervisor (in node1's container, -e wait=false) is either
+    # still watching the ended job when stop.yml asks it, or has already seen the end (a race a CI run lost)
+    assert "node2: idle, nothing to stop" in stop.stdout, stop.stdout[-3000:]
+    assert re.search(
+        rf"node1: (idle, nothing to stop|run {exp}/\S+: stopped by its supervisor \(pid \d+\): attempt 1 ended)",
+        stop.stdout,
+    ), stop.stdout[-3000:]
+    assert "stopped by SIGTERM" not in stop.stdout and "stopped by SIGKILL" not in stop.stdout, stop.stdout[-3000:]
     for node in ("node1", "node2"):
         stopped = in_container(node, f"cat /data/mtt-train-ops/runs/{exp}/*/logs/slurm-stop-{node}.json")
         assert json.loads(stopped.stdout)["stopped"][0]["result"] == "stopped by SIGTERM"
