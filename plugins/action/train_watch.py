@@ -116,7 +116,9 @@ class ActionModule(ActionBase):
         (every line read first: ``{"attempt": the last attempt, "watch": its watch}``), or where it stands (the
         current attempt's watch so far, state running). With ``detach``, the supervisor is started and ``running``
         returned at once."""
-        supervise, master = f"{request.programs}/supervise.py", request.plan["master"]
+        # the node whose container runs the supervisor (this task's host: -e supervisor_host, else the master)
+        supervise, host = f"{request.programs}/supervise.py", request.plan.get("supervisor") or request.plan["master"]
+        whose = "the master's" if host == request.plan["master"] else f"the supervisor's ({host})"
         where = ["--run-dir", request.plan["run_dir"]]
         started_with = json.dumps({"watch": json.loads(request.to_json()), "run": run})
         deadline = time.monotonic() + request.wait
@@ -129,10 +131,10 @@ class ActionModule(ActionBase):
                 started = not _silent(reply)
                 if detach:
                     if not started:
-                        display.warning(f"{master}: the run's supervisor could not be started ({_why(reply)}); the "
+                        display.warning(f"{host}: the run's supervisor could not be started ({_why(reply)}); the "
                                         "run goes on unwatched: status.yml -e follow=true starts one")  # fmt: skip
                     elif reply.get("failed"):
-                        raise AnsibleActionFail(f"{master}: the run's supervisor ({supervise}) failed to start: "
+                        raise AnsibleActionFail(f"{host}: the run's supervisor ({supervise}) failed to start: "
                                                 f"{_why(reply, 1000)}")  # fmt: skip
                     return {"watch": {"state": "running"}}
             if started:
@@ -142,19 +144,23 @@ class ActionModule(ActionBase):
                 started = False  # start again once it answers: a supervisor found running is only followed
                 if lost_since is None:
                     lost_since = time.monotonic()
-                    display.display(f"{master}: no answer from the master's container ({_why(reply)}); the run goes "
-                                    "on under its supervisor on the cluster; trying again")  # fmt: skip
+                    display.display(f"{host}: no answer from {whose} container ({_why(reply)}); the run goes on "
+                                    "under its supervisor on the cluster; trying again")  # fmt: skip
                 lost = silent_master(request.plan, time.monotonic() - lost_since, _why(reply))
+                if lost and host != request.plan["master"]:  # not the master: the ranks may well go on
+                    lost = {"state": "running", "reason": f"the supervisor's node {host} has not answered this "
+                            f"controller for {time.monotonic() - lost_since:.0f} s ({_why(reply)})"}  # fmt: skip
                 if lost:
                     return {"watch": dict(snapshot or {}, **lost), "silent": True}
                 if time.monotonic() >= deadline:
                     return {"watch": dict(snapshot or {"state": "running"})}
                 time.sleep(FOLLOW_RETRY_S)
                 continue
-            if reply.get("failed"):  # the master answers, but the supervisor's program failed: not a lost master
-                raise AnsibleActionFail(f"{master}: the run's supervisor ({supervise}) failed: {_why(reply, 1000)}")
+            if reply.get("failed"):  # the node answers, but the supervisor's program failed: not a lost node
+                raise AnsibleActionFail(f"{host}: the run's supervisor ({supervise}) failed: {_why(reply, 1000)}")
             if lost_since is not None:
-                display.display(f"{master}: the master answers again, after {time.monotonic() - lost_since:.0f} s")
+                display.display(f"{host}: {whose} container answers again, after "
+                                f"{time.monotonic() - lost_since:.0f} s")  # fmt: skip
                 lost_since = None
             answer = json.loads(reply["stdout"] or "{}")
             for line in answer["lines"]:

@@ -61,19 +61,29 @@ def status_text(
     probes: Sequence[Mapping[str, Any]], supervisors: Sequence[Mapping[str, Any]] | None = None, master: str = ""
 ) -> str:
     """status.yml's display, from its probe loop's results (each: ``item.item`` the run dir, ``watch``) and, when
-    given, its supervisor loop's (each: ``stdout``, supervise.py status's JSON, with ``run_dir``) on ``master``."""
-    seen = {}
+    given, its supervisor loop's (each: ``item``, the plan's read: ``item.item`` the run dir, ``item.stdout`` its
+    plan, whose ``supervisor`` names the node asked, else ``master``; ``stdout``, supervise.py status's JSON, or
+    ``unreachable`` with ``msg`` when that node did not answer)."""
+    seen, hosts = {}, {}
     for reply in supervisors or []:
+        run_dir = (reply.get("item") or {}).get("item")
+        try:
+            hosts[run_dir] = json.loads((reply.get("item") or {}).get("stdout") or "{}").get("supervisor") or master
+        except ValueError:
+            hosts[run_dir] = master
+        if reply.get("unreachable"):
+            seen[run_dir] = {"silent": outcome_core.connection_error(reply.get("msg"))}
+            continue
         try:
             answer = json.loads(reply.get("stdout") or "")
         except ValueError:
             continue
-        seen[answer.get("run_dir")] = answer
+        seen[answer.get("run_dir") or run_dir] = answer
     runs = []
     for probe in probes:
         run = {"run_dir": probe["item"]["item"], "watch": probe["watch"]}
         if supervisors is not None:
-            run.update(master=master, supervisor=seen.get(run["run_dir"]))
+            run.update(master=hosts.get(run["run_dir"]) or master, supervisor=seen.get(run["run_dir"]))
         runs.append(run)
     return outcome_core.status_text(runs)
 

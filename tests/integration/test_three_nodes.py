@@ -130,3 +130,43 @@ def test_a_spare_takes_the_place_of_a_hung_ranks_node_in_the_elastic_restart(thr
     for node in NODES:  # stop.yml after the run: no rank left anywhere, node2's stopped one included
         running = in_container(node, "ps -eo args").stdout
         assert "smoke_train.py" not in running, f"ranks left on {node}"
+
+
+def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_it_watches_from_there(three_nodes, tmp_path):
+    """-e supervisor_host=node3, a spare that gets no rank: the run is planned on node1 and node2, and its
+    supervisor lives in node3's container (its probes reach the master over the containers' sshd). status.yml asks
+    it there; a rank killed on the master is restarted from there, and the run finishes."""
+    exp = "supervisor-elsewhere"
+    _clean(exp)
+    inventory = inventory_copy(tmp_path, node3={"spare": True})
+    job = train_in_background("-e", "train_iters=200", "-e", f"exp={exp}", "-e", "max_restarts=1",
+                              "-e", "supervisor_host=node3", "-e", f"health_dir={tmp_path / 'health'}",
+                              "-e", json.dumps({"training": {"save_interval": 5}}), inventory=inventory)  # fmt: skip
+    try:
+        wait_for_checkpoint(exp, 5)
+        for node, lives in (("node3", True), ("node1", False), ("node2", False)):
+            # [s]: the pattern does not match the shell that runs pgrep
+            found = in_container(node, f"pgrep -f '[s]upervise.py start --run-dir .*/{exp}/'", check=False)
+            assert (found.returncode == 0) == lives, f"{node}: supervisor {'missing' if lives else 'found'} there"
+        status = playbook("playbooks/status.yml", inventory=inventory)
+        assert status.returncode == 0, status.stdout[-4000:]
+        assert re.search(r"watched +by its supervisor \(pid \d+ in node3's container since ", status.stdout), (
+            status.stdout[-4000:]
+        )
+        in_container("node1", f"kill -9 {rank_pid('node1', exp, 1)}")
+        output, _ = job.communicate(timeout=900)
+    finally:
+        job.kill()
+    assert job.returncode == 0, output[-6000:]
+    said = " ".join(output.split())
+    assert "starting attempt 2" in said, said[-6000:]
+    run_dir = latest_run(exp)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["last_iteration"] == 200
+    # the supervisor's record of both attempts, collected from node3
+    assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]][:1] == [(1, "failed", "node1")]
+    assert [a["attempt"] for a in summary["attempts"]] == [1, 2], summary["attempts"]
+    plan = json.loads((run_dir / "plan" / "plan.json").read_text())
+    assert plan["supervisor"] == "node3" and [n["name"] for n in plan["nodes"]] == ["node1", "node2"]
+    for node in NODES:
+        assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"

@@ -213,3 +213,21 @@ def test_the_resume_choice_sets_aside_a_truncated_save_and_refuses_when_none_is_
     assert "-e fresh=true" in refused["refused"] and "-e verify_checkpoints=false" in refused["refused"]
     with pytest.raises(AnsibleFilterError, match="node1: the checkpoints in .* could not be scanned: no python3"):
         choose({"rc": 127, "stdout": "", "stderr": "no python3"}, plan, True, "node1")
+
+
+def test_status_names_the_node_each_runs_supervisor_is_asked_on_and_one_that_did_not_answer():
+    status_text = FILTERS["trainops_status_text"]
+    watch = {"nodes": {"node1": {"state": "running", "detail": "41"}}, "progress": "iteration 5/50"}
+    plans = {
+        run: {"item": run, "stdout": json.dumps({"master": "node1", "supervisor": host})}
+        for run, host in (("/w/runs/a/r1", "node3"), ("/w/runs/b/r2", ""))
+    }
+    probes = [{"item": plan, "watch": watch} for plan in plans.values()]
+    supervisors = [
+        {"item": plans["/w/runs/a/r1"], "unreachable": True, "msg": "ssh: connect to host 10.0.0.3: No route to host"},
+        {"item": plans["/w/runs/b/r2"], "stdout": json.dumps({"run_dir": "/w/runs/b/r2", "attempt": 1, "pid": 7})},
+    ]
+    text = status_text(probes, supervisors, "node1")
+    assert "watched  by nobody that answers: its supervisor's node node3 did not answer (" in text
+    assert "No route to host" in text and "the ranks go on unwatched" in text
+    assert "watched  by its supervisor (pid 7 in node1's container since" in text

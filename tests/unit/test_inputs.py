@@ -414,3 +414,16 @@ def test_a_host_in_no_group_the_playbooks_read_is_said():
         "on or contacts it; list a training server under all.children.nodes"
     ]
     assert check(given("plan", groups={"all": ["node1", "node2"], **NODES})).warnings == []
+
+
+def test_supervisor_host_names_a_node_of_the_inventory():
+    assert check(given(extra={"supervisor_host": "node2"})).problems == []
+    (problem,) = check(given(extra={"supervisor_host": "node3"})).problems
+    assert problem.startswith("-e supervisor_host=node3: not a node of the inventory's nodes group (node1, node2); ")
+    assert "the supervisor runs in a provisioned node's training container" in problem
+    slurm = check(
+        given(extra={"supervisor_host": "node2", "launcher": "slurm"}, groups={**NODES, "slurm_login": ["node1"]})
+    )
+    assert any(
+        p.startswith("-e supervisor_host=node2 is not honoured with -e launcher=slurm") for p in slurm.problems
+    ), slurm.problems

@@ -145,6 +145,7 @@ def check(given: Inputs) -> Verdict:
         _spares(given, nodes, out)
     if given.playbook == "train" and nodes:
         _chosen_nodes(given, nodes, out)
+        _supervisor_host(nodes, out)
     if out.problems:
         # the rules between the nodes too (a shared address, two masters), so that one run names every problem of
         # the inventory; each node's own field was named above
@@ -356,6 +357,18 @@ def _chosen_nodes(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
         out.problems.append(
             f"-e min_nodes={minimum} is more than the {len(start)} node(s) the run starts on{chosen} "
             f"({', '.join(start) or 'none'}): an elastic re-plan keeps at least min_nodes of them; lower min_nodes"
+        )
+
+
+def _supervisor_host(nodes: Sequence[str], out: Verdict) -> None:
+    """-e supervisor_host names a node of the inventory (its training container runs the supervisor)."""
+    host = out.options.get("supervisor_host")
+    if host and host not in nodes:
+        near = schema.nearest(host, nodes, {})
+        hint = f"; did you mean {near}?" if near else ""
+        out.problems.append(
+            f"-e supervisor_host={host}: not a node of the inventory's nodes group ({', '.join(nodes)}){hint}: the "
+            "supervisor runs in a provisioned node's training container; name one of them, or drop it (the master's)"
         )
 
 

@@ -1,6 +1,7 @@
 """The run's lifecycle on the cluster: what the run's supervisor does from one attempt's launch to the next.
 
-The supervisor (``node/supervise.py``) runs in the master's training container, detached from every SSH session,
+The supervisor (``node/supervise.py``) runs in the master's training container (or -e supervisor_host's: the plan's
+``supervisor``), detached from every SSH session,
 for as long as the run lives. It runs the core's steps (:class:`trainops.attempts.Attempts`, whose state it keeps in
 ``<run_dir>/supervisor/run/attempts.json``) in order, and reaches every node with the run's ``on-node.sh`` (the
 containers' sshd, the cluster key, every host key pinned: the fan-out's own path):
@@ -73,6 +74,13 @@ def _safe_members(tar: tarfile.TarFile, node: str):
         if (member.isfile() or member.isdir()) and (name == node or name.startswith(f"{node}/")):
             yield member
 
+
+
+def _supervisors_node(plan: dict[str, Any]) -> str:
+    """Where the supervisor looks from, in its lines: ``the master``, or ``node3, the supervisor's node`` (-e
+    supervisor_host: the plan's ``supervisor``)."""
+    here = plan.get("supervisor") or plan["master"]
+    return "the master" if here == plan["master"] else f"{here}, the supervisor's node"
 
 class Lifecycle:
     """One run's attempts, stepped by the supervisor. ``request``: what train.yml gave it (``supervise.py start``):
@@ -207,9 +215,10 @@ class Lifecycle:
         if current.get("decision") is None:  # not judged yet
             reach = {name: self._reach(name) for name in names} if failed else {name: {} for name in names}
             answering = [name for name in names if not reach[name].get("unreachable")]
+            seen_from = _supervisors_node(plan)
             for name in names:
                 if reach[name].get("unreachable"):
-                    self.say(f"{name}: unreachable from the master ({_why(reach[name])}): it gets no rank again")
+                    self.say(f"{name}: unreachable from {seen_from} ({_why(reach[name])}): it gets no rank again")
             if failed:
                 # survivors of SIGKILL: no rank there again
                 for name, why in self._stop(plan, answering, self.stopping()).items():
@@ -334,7 +343,8 @@ class Lifecycle:
         incidents.record(
             os.path.join(self.state_dir, incidents.HEALTH_FILE), health.incidents(verdicts, name, path, now), now
         )
-        self.say("\n".join(["health       after the failure, from the master:", *health.lines(verdicts)]))
+        seen_from = _supervisors_node(self.attempts.current["plan"])
+        self.say("\n".join([f"health       after the failure, from {seen_from}:", *health.lines(verdicts)]))
         use = set(self.options.get("use_nodes") or [])
         left = health.left_out(verdicts, self.options.get("health") or "exclude")
         sick = {name: verdicts[name]["reason"] for name in left if name not in use}
@@ -366,6 +376,8 @@ class Lifecycle:
                            recommend=False, hosts=[{k: v for k, v in inventory[name].items() if k != "master"}
                                                    for name in nodes])  # fmt: skip
             new_plan = make_plan(PlanRequest.from_options(request))
+            if plan.get("supervisor"):  # the supervisor stays where it runs (-e supervisor_host, else the master)
+                new_plan["supervisor"] = plan["supervisor"]
         except (PlanError, KeyError, TypeError) as exc:
             why = "; ".join(exc.problems) if isinstance(exc, PlanError) else f"a bad re-plan request ({exc})"
             view = self.attempts.replanned(None, why)

@@ -168,7 +168,15 @@ def silent_nodes_text(
 
 
 def supervisor_text(master: str, seen: Mapping[str, Any] | None) -> str:
-    """Who watches a live run, from its supervisor's ``status`` (the node package's supervise.py) on ``master``."""
+    """Who watches a live run, from its supervisor's ``status`` (the node package's supervise.py) on ``master`` (the
+    node whose container runs it: -e supervisor_host's, else the master); ``{"silent": why}`` when that node did
+    not answer."""
+    if seen and seen.get("silent"):
+        return (
+            f"nobody that answers: its supervisor's node {master} did not answer ({clip(seen['silent'], 200)}); the "
+            f"ranks go on unwatched (no restart, no hang diagnosis) until {master} answers again and status.yml "
+            "starts its supervisor again there, or stop.yml ends the run"
+        )
     if not seen or not seen.get("attempt"):
         return (
             "nobody on the cluster: no supervisor was started for this run (train.yml of an older bundle); it is "

@@ -172,6 +172,8 @@ UNHONOURED = {
     "node in Slurm instead (docs/incidents.md)",
     "incident_window_days": "the incident record is not applied with Slurm, which picks the nodes: drain an "
     "implicated node in Slurm instead (docs/incidents.md)",
+    "supervisor_host": "under Slurm the run's supervisor runs inside the job's allocation, in its master's "
+    "container, as the job's own tasks do (docs/slurm.md): drop it, or use -e launcher=ssh",
     "health": "with Slurm a sick node cannot be left out before the launch (Slurm picks the nodes; it is named, as "
     "with health=warn): give -e health=warn or off, or drain the node in Slurm",
 }

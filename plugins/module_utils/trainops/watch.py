@@ -36,12 +36,13 @@ from .options import OPTIONS, OptionError, convert
 from .run_report import progress_line
 
 #: The run's options that the watch and its supervisor read (their types, ranges and defaults are
-#: :data:`.options.OPTIONS`'): stop_grace for its stops, health_max_age for the full checks its health check carries.
+#: :data:`.options.OPTIONS`'): stop_grace for its stops, health_max_age for the full checks its health check carries,
+#: supervisor_host for where it runs ("" or None: the master's container).
 NAMES = (
     "train_wait", "poll_interval", "progress_interval", "start_timeout", "wait", "fresh", "hang_timeout", "on_hang",
     "straggler_ratio", "max_restarts", "elastic", "min_nodes", "incident_limit", "incident_window_days",
     "health", "exclude_nodes", "use_nodes", "verify_checkpoints", "keep_checkpoints", "keep_every", "keep_dry_run",
-    "stop_grace", "health_max_age",
+    "stop_grace", "health_max_age", "supervisor_host",
 )  # fmt: skip
 
 

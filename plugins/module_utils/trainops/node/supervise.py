@@ -1,6 +1,6 @@
-"""The run's supervisor on the cluster: runs a training run's whole lifecycle from inside the master's training
-container, detached from every SSH session, so that neither the watch nor the restarts depend on the controller
-that started it.
+"""The run's supervisor on the cluster: runs a training run's whole lifecycle from inside a node's training
+container (the master's, or -e supervisor_host's: the plan's ``supervisor``), detached from every SSH session, so
+that neither the watch nor the restarts depend on the controller that started it.
 
     python3 supervise.py start --run-dir DIR < request.json     start the run's supervisor (or find it running)
     python3 supervise.py read --run-dir DIR --offset BYTES [--wait S]   what it said since BYTES (-L: its last L
@@ -285,8 +285,10 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
             try:
                 if stopping():
                     raise StopAsked
-                # the launch's exit status on the supervisor's own node (the master's, unless a re-plan moved it)
-                exit_file = os.path.join(view["plan"]["run_dir"], "exit", f"{master}.rc")
+                # the launch's exit status on the supervisor's own node (-e supervisor_host, else the master's;
+                # a supervisor on a node without a rank sees none and wakes at the next probe)
+                here = view["plan"].get("supervisor") or master
+                exit_file = os.path.join(view["plan"]["run_dir"], "exit", f"{here}.rc")
                 watched = watch(watcher, lambda argv, stdin=None, m=master: on_node(m, argv, stdin), say, probed,
                                 napper(files, exit_file))  # fmt: skip
             except StopAsked:
