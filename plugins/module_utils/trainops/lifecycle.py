@@ -75,12 +75,12 @@ def _safe_members(tar: tarfile.TarFile, node: str):
             yield member
 
 
-
 def _supervisors_node(plan: dict[str, Any]) -> str:
     """Where the supervisor looks from, in its lines: ``the master``, or ``node3, the supervisor's node`` (-e
     supervisor_host: the plan's ``supervisor``)."""
     here = plan.get("supervisor") or plan["master"]
     return "the master" if here == plan["master"] else f"{here}, the supervisor's node"
+
 
 class Lifecycle:
     """One run's attempts, stepped by the supervisor. ``request``: what train.yml gave it (``supervise.py start``):
