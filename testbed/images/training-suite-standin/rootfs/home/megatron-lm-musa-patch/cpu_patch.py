@@ -69,7 +69,9 @@ def _environment() -> None:
     try:
         import psutil  # noqa: F401
     except ImportError as exc:
-        raise SystemExit("cpu_patch: psutil is missing; without it Megatron's checkpoint writer hangs") from exc
+        raise SystemExit(
+            "cpu_patch: psutil is missing; without it Megatron's checkpoint writer hangs"
+        ) from exc
 
 
 # --- torch.cuda answered for the CPU ---------------------------------------------------------------------------
