@@ -88,6 +88,20 @@ def status_text(
     return outcome_core.status_text(runs)
 
 
+def moved_text(moves: Sequence[Mapping[str, Any]], node: str) -> str:
+    """status.yml -e supervisor_host=NODE's lines, from its move loop's results (each: ``item.item.item`` the run
+    dir, ``stdout``: supervise.py move's JSON), one per run whose supervision moved to ``node``."""
+    runs = []
+    for one in moves:
+        try:
+            answer = json.loads(one.get("stdout") or "{}")
+        except ValueError:
+            continue
+        if answer.get("pid"):
+            runs.append(dict(answer, run_dir=one["item"]["item"]["item"], to=node))
+    return outcome_core.moved_text(runs)
+
+
 def followed_text(followed: Sequence[Mapping[str, Any]]) -> str:
     """status.yml -e follow=true's last lines, from its follow loop's results (each: ``item.item`` the run dir,
     ``attempt``, ``watch``)."""
@@ -137,6 +151,7 @@ class FilterModule:
             "trainops_silent_nodes_text": outcome_core.silent_nodes_text,
             "trainops_status_text": status_text,
             "trainops_followed_text": followed_text,
+            "trainops_moved_text": moved_text,
             "trainops_watch_options": watch_options,
             "trainops_left_out": left_out,
             "trainops_incident_line": incidents_core.line,

@@ -9,16 +9,23 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import subprocess
+import time
 
 import pytest
 
 from testbed import (
+    BIN,
     INVENTORY,
     ROOT,
+    SMALL,
+    docker,
+    env,
     in_container,
     in_node,
     inventory_copy,
     latest_run,
+    node_container,
     playbook,
     rank_pid,
     train_in_background,
@@ -132,16 +139,26 @@ def test_a_spare_takes_the_place_of_a_hung_ranks_node_in_the_elastic_restart(thr
         assert "smoke_train.py" not in running, f"ranks left on {node}"
 
 
-def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_it_watches_from_there(three_nodes, tmp_path):
+def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_and_moves_to_the_master_when_its_node_is_lost(
+    three_nodes, tmp_path
+):
     """-e supervisor_host=node3, a spare that gets no rank: the run is planned on node1 and node2, and its
-    supervisor lives in node3's container (its probes reach the master over the containers' sshd). status.yml asks
-    it there; a rank killed on the master is restarted from there, and the run finishes."""
+    supervisor lives in node3's container (its probes reach the master over the containers' sshd), which copies its
+    record to the master. A rank killed on the master is restarted from node3. Then node3 is lost (its node
+    container stopped: its engine, its training container and the supervisor with them): the ranks go on; status.yml
+    names the silent node; status.yml -e supervisor_host=node1 moves the supervision to the master, from the copy,
+    without launching ranks; a rank killed on node2 is restarted by it; stop.yml ends the run and a follower reports
+    all three attempts. -e wait=false: no terminal follows the run while node3 is lost."""
     exp = "supervisor-elsewhere"
     _clean(exp)
     inventory = inventory_copy(tmp_path, node3={"spare": True})
-    job = train_in_background("-e", "train_iters=200", "-e", f"exp={exp}", "-e", "max_restarts=1",
-                              "-e", "supervisor_host=node3", "-e", f"health_dir={tmp_path / 'health'}",
-                              "-e", json.dumps({"training": {"save_interval": 5}}), inventory=inventory)  # fmt: skip
+    without_node3 = ("--limit", "localhost,all,!node3")
+    started = playbook("train.yml", *SMALL, "-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "max_restarts=2",
+                       "-e", "wait=false", "-e", "supervisor_host=node3", "-e", f"health_dir={tmp_path / 'health'}",
+                       "-e", json.dumps({"training": {"save_interval": 5}}), inventory=inventory)  # fmt: skip
+    assert started.returncode == 0, started.stdout[-4000:]
+    record = f"/data/mtt-train-ops/runs/{exp}/*/supervisor"
+    copied = f"/data/mtt-train-ops/runs/{exp}/*/supervisor.copy"
     try:
         wait_for_checkpoint(exp, 5)
         for node, lives in (("node3", True), ("node1", False), ("node2", False)):
@@ -154,19 +171,75 @@ def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_it_watches_from_t
             status.stdout[-4000:]
         )
         in_container("node1", f"kill -9 {rank_pid('node1', exp, 1)}")
-        output, _ = job.communicate(timeout=900)
+        _wait_until(lambda: _attempt(in_container("node1", f"cat {copied}/run/attempts.json", check=False)) == 2,
+                    "attempt 2 in the master's copy of the record")  # fmt: skip
+        saved = _tracker(exp)
+        wait_for_checkpoint(exp, saved + 10)  # attempt 2 trains
+        docker("stop", "-t", "1", node_container("node3"))  # node3 lost
+        later = _tracker(exp)
+        wait_for_checkpoint(exp, later + 10)  # the ranks go on without their supervisor
+        refused = playbook("playbooks/status.yml", inventory=inventory)
+        assert refused.returncode != 0 and "node3 (172.30.0.13) is unreachable" in refused.stdout
+        assert "--limit 'localhost,all,!node3'" in refused.stdout, refused.stdout[-3000:]
+        silent = playbook("playbooks/status.yml", *without_node3, inventory=inventory)
+        assert silent.returncode == 0, silent.stdout[-4000:]
+        assert "watched  by nobody that answers: its supervisor's node node3 did not answer" in silent.stdout, (
+            silent.stdout[-4000:]
+        )
+        moved = playbook("playbooks/status.yml", *without_node3, "-e", "supervisor_host=node1", inventory=inventory)
+        assert moved.returncode == 0, moved.stdout[-4000:]
+        assert re.search(rf"run \S+/{exp}/\S+: its supervision moved from node3 to node1 \(pid \d+\)", moved.stdout), (
+            moved.stdout[-4000:]
+        )
+        events = in_container("node1", f"cat {record}/events").stdout
+        assert "supervisor: the run's supervision moved here (node1, pid " in events, events[-3000:]
+        assert "taking the run up at its step 'watch'" in events and "attempt 3" not in events, events[-3000:]
+        in_container("node2", f"kill -9 {rank_pid('node2', exp, 3)}")
+        _wait_until(lambda: _attempt(in_container("node1", f"cat {record}/run/attempts.json", check=False)) == 3,
+                    "attempt 3, launched by the supervisor moved to node1")  # fmt: skip
+        wait_for_checkpoint(exp, _tracker(exp) + 5)
+        follower = subprocess.Popen(
+            [str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/status.yml", *without_node3,
+             "-e", "follow=true", "-e", "train_wait=600"],
+            cwd=ROOT, env=env(), stdout=open(tmp_path / "follow.out", "w"), stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        _wait_until(lambda: "iteration" in (tmp_path / "follow.out").read_text(), "the follower's progress")
+        stop = playbook("stop.yml", *without_node3, inventory=inventory)
+        assert stop.returncode == 0, stop.stdout[-3000:]
+        assert re.search(rf"node1: run {exp}/\S+: stopped by its supervisor \(pid \d+\): attempt 3 ended", stop.stdout)
+        follower.wait(timeout=300)
+        followed = (tmp_path / "follow.out").read_text()
+        assert follower.returncode == 0, followed[-5000:]
     finally:
-        job.kill()
-    assert job.returncode == 0, output[-6000:]
-    said = " ".join(output.split())
-    assert "starting attempt 2" in said, said[-6000:]
-    run_dir = latest_run(exp)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["state"] == "finished" and summary["last_iteration"] == 200
-    # the supervisor's record of both attempts, collected from node3
-    assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]][:1] == [(1, "failed", "node1")]
-    assert [a["attempt"] for a in summary["attempts"]] == [1, 2], summary["attempts"]
-    plan = json.loads((run_dir / "plan" / "plan.json").read_text())
-    assert plan["supervisor"] == "node3" and [n["name"] for n in plan["nodes"]] == ["node1", "node2"]
-    for node in NODES:
+        docker("start", node_container("node3"))
+    summary = json.loads((latest_run(exp) / "summary.json").read_text())
+    assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]][:2] == [
+        (1, "failed", "node1"),
+        (2, "failed", "node2"),
+    ], summary["attempts"]
+    assert [a["attempt"] for a in summary["attempts"]] == [1, 2, 3], summary["attempts"]
+    plan = json.loads((latest_run(exp) / "plan" / "plan.json").read_text())
+    assert plan["supervisor"] == "node1" and [n["name"] for n in plan["nodes"]] == ["node1", "node2"]
+    for node in ("node1", "node2"):
         assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
+
+
+def _attempt(read) -> int:
+    try:
+        return json.loads(read.stdout)["current"]["number"]
+    except (ValueError, KeyError, TypeError):
+        return 0
+
+
+def _tracker(exp: str) -> int:
+    tracker = in_container("node1", f"cat /data/mtt-train-ops/checkpoints/{exp}/latest_checkpointed_iteration.txt")
+    return int(tracker.stdout.strip())
+
+
+def _wait_until(predicate, what: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(1)
+    raise AssertionError(f"no {what} within {timeout:.0f} s")

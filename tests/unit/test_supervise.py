@@ -302,3 +302,54 @@ def test_the_watch_s_sleep_ends_when_the_launch_here_exits_and_a_stop_request_cu
     threading.Timer(0.3, Path(files["stop.json"]).write_text, ("{}",)).start()
     with pytest.raises(program.StopAsked):
         program.napper(files, str(exit_file))(120)
+
+
+def test_a_supervisor_on_another_node_copies_its_record_to_the_master_and_the_supervision_moves_there(run, tmp_path):
+    """-e supervisor_host=node3: the record is copied to the master (node1) as the watch goes; node3 lost (its
+    supervisor killed), ``move`` on the master takes the run up from the copy, without a launch, and names node1 in
+    the plans; the old supervisor, started again, is told it was superseded and acts no more. The two nodes' run
+    directories are two directories here: on-node.sh maps the run's path to the master's for node1."""
+    run_dir, request_text = run
+    master_dir = tmp_path / "master" / "runs" / "sv" / "r1"
+    master_dir.mkdir(parents=True)
+    (master_dir / "probe.sh").write_text(f"cat {run_dir}/states\n")
+    on_node = (f"from={run_dir}; to={master_dir}\n"
+               'name=$1; shift; if [[ $name == node1 ]]; then exec "${@//$from/$to}"; fi; exec "$@"\n')  # fmt: skip
+    for where in (run_dir, master_dir):
+        (where / "on-node.sh").write_text(on_node)
+    request = json.loads(request_text)
+    request["watch"]["plan"]["supervisor"] = "node3"
+    old = supervise("start", "--run-dir", str(run_dir), stdin=json.dumps(request))["pid"]
+    copy = master_dir / "supervisor.copy"
+    deadline = time.monotonic() + 10
+    while not (copy / "snapshot.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert json.loads((copy / "copied.json").read_text())["from"] == "node3"
+    assert json.loads((copy / "run" / "attempts.json").read_text())["current"]["number"] == 1
+    assert not (master_dir / "supervisor").exists()  # a copy, not a second supervisor
+    os.kill(old, signal.SIGKILL)  # node3 lost, with its supervisor
+    refused = supervise("move", "--run-dir", str(run_dir), "--node", "node3")  # no copy on the supervisor's node
+    assert "no copy of the run's record here" in refused["refused"]
+    moved = supervise("move", "--run-dir", str(master_dir), "--node", "node1")
+    assert moved["pid"] > 0 and moved["from"] == "node3" and moved["plans_written"] == {"node1": "", "node2": ""}
+    assert json.loads((master_dir / "plan.json").read_text())["supervisor"] == "node1"
+    assert supervise("move", "--run-dir", str(master_dir), "--node", "node1")["refused"].startswith(
+        "node1: the run's supervisor already lives here"
+    )
+    time.sleep(1.5)
+    # node3 back with its supervisor (status.yml there would take it up): told at its first copy, it ends
+    supervise("status", "--run-dir", str(run_dir), "--take-up")
+    deadline = time.monotonic() + 10
+    while supervise("read", "--run-dir", str(run_dir))["pid"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    said = supervise("read", "--run-dir", str(run_dir))
+    assert said["pid"] == 0 and said["result"] is None
+    assert any("the run's supervision was moved to this node" in line for line in said["lines"]), said["lines"]
+    (run_dir / "states").write_text(FINISHED)
+    lines, result = follow(master_dir)
+    assert lines[0].startswith("supervisor: the run's supervision moved here (node1, pid "), lines
+    assert "from node3, which did not answer; taking the run up at its step 'watch'" in lines[0], lines
+    assert result["watch"]["state"] == "finished"
+    state = json.loads((master_dir / "supervisor" / "run" / "attempts.json").read_text())
+    assert len(state["records"]) == 0 and state["current"]["plan"]["supervisor"] == "node1"  # no launch again
+    assert (copy / "result.json").exists() is False  # the master's own record ends; the copy was node3's

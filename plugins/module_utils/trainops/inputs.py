@@ -145,6 +145,7 @@ def check(given: Inputs) -> Verdict:
         _spares(given, nodes, out)
     if given.playbook == "train" and nodes:
         _chosen_nodes(given, nodes, out)
+    if given.playbook in ("train", "status") and nodes:
         _supervisor_host(nodes, out)
     if out.problems:
         # the rules between the nodes too (a shared address, two masters), so that one run names every problem of

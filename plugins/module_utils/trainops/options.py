@@ -252,9 +252,10 @@ OPTIONS: dict[str, Option] = {
            False, docs="docs/checkpoints.md"),
         _o("stop_grace", "int", "Seconds between SIGTERM and SIGKILL when a run is stopped.", ("train", "stop"), 30,
            minimum=0, docs="docs/train.md", extra={"slurm_default": 20}),
-        _o("supervisor_host", "str", "The node of the inventory whose training container runs the run's supervisor "
-           "(unset: the master's). A node that gets no rank (a spare) keeps watching and restarting when a training "
-           "node is lost.", ("train",), docs="docs/train.md"),
+        _o("supervisor_host", "str", "train.yml: the node of the inventory whose training container runs the run's "
+           "supervisor (unset: the master's), for example a spare that gets no rank. status.yml: move the supervision "
+           "of each run whose supervisor's node does not answer to this node (the run's master, which holds a copy "
+           "of its record).", ("train", "status"), docs="docs/train.md"),
         # --- the launcher -----------------------------------------------------------------------------------------
         _o("launcher", "choice", "How train.yml starts a run and stop.yml ends it.", SLURM, "ssh",
            choices=("ssh", "slurm"), docs="docs/slurm.md"),

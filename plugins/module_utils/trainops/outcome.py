@@ -201,6 +201,22 @@ def supervisor_text(master: str, seen: Mapping[str, Any] | None) -> str:
     return f"nobody: its supervisor is gone and was not started again, at attempt {attempt} (events: {events})"
 
 
+def moved_text(runs: Sequence[Mapping[str, Any]]) -> str:
+    """One line per run whose supervision status.yml moved (``run_dir``, ``from``, ``to``, ``pid``, ``copied_at``,
+    ``plans_written``: node -> "" or why its plan.json could not be rewritten)."""
+    lines = []
+    for run in runs:
+        copied = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(run.get("copied_at") or 0)))
+        unwritten = "; ".join(f"{name}: {why}" for name, why in (run.get("plans_written") or {}).items() if why)
+        moved = f"its supervision moved from {run.get('from')} to {run['to']} (pid {run.get('pid')})"
+        left = f". The plan could not be rewritten on: {unwritten}" if unwritten else ""
+        lines.append(
+            f"run {run['run_dir']}: {moved}, from its record as copied at {copied}; it takes the run up without "
+            f"launching ranks that are alive{left}"
+        )
+    return "\n".join(lines)
+
+
 def followed_text(runs: Sequence[Mapping[str, Any]]) -> str:
     """status.yml -e follow=true's last lines: per followed run (``run_dir``, ``attempt``: its number, ``watch``:
     the last attempt's watch, or the current one's so far when train_wait ran out), how the run ended or where it

@@ -8,6 +8,8 @@ that neither the watch nor the restarts depend on the controller that started it
     python3 supervise.py evidence --run-dir DIR                 a hang's evidence files, as JSON
     python3 supervise.py status --run-dir DIR [--take-up]        where the run stands, as JSON; --take-up starts its
                                                                  supervisor again when it died before the run ended
+    python3 supervise.py receive --run-dir DIR < copy.json      keep the record's copy a supervisor elsewhere sends
+    python3 supervise.py move --run-dir DIR --node NAME         take the supervision over here, from that copy
     python3 supervise.py stop --work-home DIR [--grace S] [--wait S]
                                  ask every run's supervisor living here to stop its run, and wait until each has
                                  (stop.yml)
@@ -48,6 +50,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -63,6 +66,18 @@ UNBOUNDED_S = 10**9
 #: Bytes of events after which the file is rotated (:class:`EventLog`): about 4 days of a run's lines at the
 #: default progress_interval of 30 s.
 EVENTS_LIMIT = 4 << 20
+
+
+#: Seconds between copies of the record to the run's master while a supervisor on another node watches (-e
+#: supervisor_host); a step of the lifecycle (an attempt's end, a launch) is copied at once.
+COPY_EVERY_S = 30.0
+#: The record's files a copy holds (under supervisor/): what a supervisor moved to the copy's node takes the run up
+#: from, and each ended attempt's record (the report's attempts). Not the events (its lines begin anew there), nor
+#: the logs gathered after a failure (gathered again).
+COPIED = ("request.json", "pid", "snapshot.json", "run/attempts.json", "result.json")
+ATTEMPT_RECORD = re.compile(r"run/attempt-[0-9]+/attempt\.json")
+#: The copy's directory beside supervisor/, on the run's master.
+COPY_DIR = "supervisor.copy"
 
 
 def paths(run_dir: str) -> dict[str, str]:
@@ -236,13 +251,128 @@ def napper(files: dict[str, str], exit_file: str):
     return nap
 
 
+class Superseded(Exception):
+    """The run's supervision was moved to another node (supervise.py move) while this one could not be reached."""
+
+
+class RecordCopy:
+    """The record copied to the run's master while the supervisor runs on another node (-e supervisor_host), a
+    step's change at once, the watch's snapshot every :data:`COPY_EVERY_S` seconds: should this node be lost, the
+    supervision is moved to the master (supervise.py move) and takes the run up from the copy. The master answers
+    ``superseded`` once a supervision moved there lives: this one then ends (:class:`Superseded`) and acts no more."""
+
+    def __init__(self, run_dir: str, files: dict[str, str], programs: str, on_node, say) -> None:
+        self.run_dir, self.files, self.programs, self.on_node, self.say = run_dir, files, programs, on_node, say
+        self.last, self.failing = 0.0, False
+
+    def __call__(self, plan: dict[str, object], now: bool = False) -> None:
+        here, master = plan.get("supervisor") or plan["master"], str(plan["master"])
+        if here == master or (not now and time.monotonic() - self.last < COPY_EVERY_S):
+            return
+        self.last = time.monotonic()
+        base = os.path.dirname(self.files["pid"])
+        held = {}
+        ended = sorted(
+            os.path.relpath(path, base) for path in glob.glob(os.path.join(base, "run", "attempt-*", "attempt.json"))
+        )
+        for name in (*COPIED, *ended):
+            with contextlib.suppress(OSError), open(os.path.join(base, name), encoding="utf-8") as handle:
+                held[name] = handle.read()
+        argv = ["python3", os.path.join(self.programs, "supervise.py"), "receive", "--run-dir", self.run_dir]
+        reply = self.on_node(master, argv, json.dumps({"from": here, "at": time.time(), "files": held}))
+        if reply.get("rc") == 0 and "superseded" in str(reply.get("stdout")):
+            raise Superseded(str(reply.get("stdout")).strip())
+        if reply.get("rc") != 0 and not self.failing:
+            why = str(reply.get("msg") or reply.get("stderr") or "").strip()[:200]
+            self.say(f"supervisor: its record could not be copied to the master {master} (tried again every "
+                     f"{COPY_EVERY_S:.0f} s): {why}")  # fmt: skip
+        self.failing = reply.get("rc") != 0
+
+
+def receive(run_dir: str, payload: str) -> dict[str, object]:
+    """The record's copy from the run's supervisor on another node, written whole into ``<run_dir>/supervisor.copy/``;
+    ``superseded`` instead once a supervision moved here lives (the sender ends)."""
+    files = paths(run_dir)
+    if os.path.exists(os.path.join(os.path.dirname(files["pid"]), "moved.json")) and alive(files):
+        return {"superseded": f"the run's supervision was moved to this node (pid {recorded_pid(files)})"}
+    sent = json.loads(payload)
+    copy = os.path.join(run_dir, COPY_DIR)
+    for name, text in sent["files"].items():
+        if name not in COPIED and not ATTEMPT_RECORD.fullmatch(name):
+            continue
+        os.makedirs(os.path.dirname(os.path.join(copy, name)), exist_ok=True)
+        with open(os.path.join(copy, f"{name}.tmp"), "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(os.path.join(copy, f"{name}.tmp"), os.path.join(copy, name))
+    write_json(os.path.join(copy, "copied.json"), {"from": sent["from"], "at": sent["at"]})
+    return {"received": sorted(sent["files"])}
+
+
+def _with_supervisor(value: object, node: str) -> object:
+    """``value`` (a record's JSON) with every plan in it naming ``node`` as its supervisor's host, and the re-plan's
+    rendering with it (``render_here``)."""
+    if isinstance(value, list):
+        return [_with_supervisor(item, node) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: _with_supervisor(item, node) for key, item in value.items()}
+    if "run_dir" in out and "master" in out and "nodes" in out:  # a plan
+        out["supervisor"] = node
+    if "render_here" in out:
+        out["render_here"] = node
+    return out
+
+
+def move(run_dir: str, node: str) -> dict[str, object]:
+    """The run's supervision moved to this container (``node``) from the copy of its record here (the run's master,
+    while its supervisor's node does not answer): the record put in place naming ``node`` as the supervisor's host,
+    the run's plan.json on every node of its current plan saying so, and a supervisor started, which takes the run up
+    from the copy's step without launching ranks that are alive (as after a SIGKILL). Refused, changing nothing, when
+    a supervisor lives here, the run has ended, or there is no copy here."""
+    files = paths(run_dir)
+    copy, base = os.path.join(run_dir, COPY_DIR), os.path.dirname(files["pid"])
+    copied = read_json(os.path.join(copy, "copied.json"))
+    if alive(files):
+        return {"refused": f"{node}: the run's supervisor already lives here (pid {recorded_pid(files)})"}
+    if os.path.exists(files["result.json"]) or os.path.exists(os.path.join(copy, "result.json")):
+        return {"refused": f"{node}: the run has ended (its record here says so): nothing to supervise"}
+    if not isinstance(copied, dict) or not os.path.exists(os.path.join(copy, "request.json")):
+        return {"refused": f"{node}: no copy of the run's record here ({copy}): a supervisor on another node copies it "
+                           "to the run's master only; move the supervision there"}  # fmt: skip
+    if os.path.exists(base):  # an earlier supervision's files here, dead: kept aside
+        os.replace(base, f"{base}.before-{int(time.time())}")
+    held = [os.path.relpath(path, copy) for path in glob.glob(os.path.join(copy, "run", "attempt-*", "attempt.json"))]
+    for name in (*COPIED, *held):
+        source = os.path.join(copy, name)
+        if not os.path.exists(source):
+            continue
+        os.makedirs(os.path.dirname(os.path.join(base, name)), exist_ok=True)
+        if name.endswith(".json"):
+            write_json(os.path.join(base, name), _with_supervisor(read_json(source), node))
+        else:
+            with open(source, encoding="utf-8") as handle, open(os.path.join(base, name), "w") as out:
+                out.write(handle.read())
+    write_json(os.path.join(base, "moved.json"), {"from": copied["from"], "copied_at": copied["at"], "to": node})
+    request = read_json(files["request.json"]) or {}
+    state = read_json(os.path.join(files["state"], "attempts.json")) or {}
+    plan = (state.get("current") or {}).get("plan") or request["watch"]["plan"]
+    on_node = on_node_runner(str(plan["run_dir"]))
+    written = {}
+    for name in [n["name"] for n in plan["nodes"]]:
+        argv = ["python3", os.path.join(request["watch"]["programs"], "write_run_files.py"), "--run-dir", run_dir]
+        reply = on_node(name, argv, json.dumps({"plan.json": json.dumps(plan, indent=2, sort_keys=True) + "\n"}))
+        written[name] = "" if reply.get("rc") == 0 else str(reply.get("msg") or "")[:200]
+    with open(files["request.json"], encoding="utf-8") as handle:
+        began = start(run_dir, handle.read())
+    return {"pid": began["pid"], "from": copied["from"], "copied_at": copied["at"], "plans_written": written}
+
+
 def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     """The detached process: the run's lifecycle from the step its state is at, its lines to the events, the run's
     end to the result file."""
     from trainops.lifecycle import Lifecycle
-    from trainops.recovery import STOPPED
-    from trainops.watch import ProbeError, Watcher, WatchRequest, watch
 
+    first_here = not os.path.exists(files["events"])
     say = EventLog(files["events"]).say
     request = read_json(files["request.json"])
     first = request["watch"]
@@ -253,11 +383,34 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
 
     life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]), on_node, say,
                      stopping)  # fmt: skip
-    if taken_up_from:
+    moved = read_json(os.path.join(os.path.dirname(files["pid"]), "moved.json"))
+    if isinstance(moved, dict) and first_here:  # moved here, and started here for the first time
+        copied = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(moved.get("copied_at") or 0)))
+        say(f"supervisor: the run's supervision moved here ({moved.get('to')}, pid {os.getpid()}) from "
+            f"{moved.get('from')}, which did not answer; taking the run up at its step '{life.step()}' from the record "
+            f"as copied at {copied}")  # fmt: skip
+    elif taken_up_from:
         say(f"supervisor: its process {taken_up_from} ended before the run did; taking the run up again (pid "
             f"{os.getpid()}) at its step '{life.step()}'")  # fmt: skip
+    copy = RecordCopy(run_dir, files, first["programs"], on_node, say)
+    try:
+        _run_steps(life, files, first, on_node, say, stopping, copy)
+        current = life.attempts.state.get("current")
+        copy(current["plan"] if current else first["plan"], now=True)  # the run's end, in the copy too
+    except Superseded as exc:
+        say(f"supervisor: {exc}; this one ends and acts no more")
+
+
+def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
+    """The lifecycle's steps from where its state is, to the run's end (its result written); each step's change
+    copied to the master when the supervisor runs elsewhere (:class:`RecordCopy`)."""
+    from trainops.recovery import STOPPED
+    from trainops.watch import ProbeError, Watcher, WatchRequest, watch
+
     launched_here = False
     while True:
+        current = life.attempts.state.get("current")
+        copy(current["plan"] if current else first["plan"], now=True)
         step = life.step()
         if step == "next" and stopping():
             life.end_restarts()
@@ -279,8 +432,9 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
                 say(f"supervisor: taking attempt {view['number']}'s watch up from the logs' last 256 KiB")
             watcher = Watcher(watch_request, time.monotonic())
 
-            def probed(watcher: Watcher, number: int = view["number"]) -> None:  # the watch so far, for status
-                write_json(files["snapshot.json"], dict(watcher.result(time.monotonic()), attempt=number))
+            def probed(watcher: Watcher, number: int = view["number"], plan: dict = view["plan"]) -> None:
+                write_json(files["snapshot.json"], dict(watcher.result(time.monotonic()), attempt=number))  # status's
+                copy(plan)
 
             try:
                 if stopping():
@@ -561,9 +715,11 @@ def main(argv: list[str]) -> int:
     stopper.add_argument("--work-home", required=True, help="the bundle's work directory in this container")
     stopper.add_argument("--grace", type=int, default=30, help="seconds between SIGTERM and SIGKILL")
     stopper.add_argument("--wait", type=float, default=180.0, help="seconds to wait for the supervisors to end")
-    for name in ("start", "read", "evidence", "status"):
+    for name in ("start", "read", "evidence", "status", "receive", "move"):
         sub = commands.add_parser(name)
         sub.add_argument("--run-dir", required=True, help="the run's directory in this container")
+        if name == "move":
+            sub.add_argument("--node", required=True, help="this node's inventory name (the supervisor's new host)")
         if name == "status":
             sub.add_argument("--take-up", action="store_true", help="start a supervisor that died unfinished again")
         if name == "read":
@@ -578,6 +734,10 @@ def main(argv: list[str]) -> int:
         answer = status(args.run_dir, args.take_up)
     elif args.command == "stop":
         answer = stop(args.work_home, args.grace, args.wait)
+    elif args.command == "receive":
+        answer = receive(args.run_dir, sys.stdin.read())
+    elif args.command == "move":
+        answer = move(args.run_dir, args.node)
     else:
         answer = evidence(args.run_dir)
     print(json.dumps(answer))
