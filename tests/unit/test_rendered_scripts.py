@@ -209,3 +209,24 @@ def test_the_supervisors_renderer_writes_what_the_render_role_writes(tmp_path):
         assert text == by_ansible[f"{name}.j2"], name
     written = render_files(variables["render_plan"], templates, variables)
     assert sorted(written) == sorted({f["name"] for f in rendered_files(variables["render_plan"])} | {"plan.json"})
+
+
+def test_on_node_runs_here_for_the_supervisors_node_and_for_the_one_a_move_names(tmp_path):
+    """on-node.sh runs a command itself for the node it was rendered for (-e supervisor_host's), and, once a move
+    wrote ``supervisor-here`` beside it, for that node instead: the old one is then reached over ssh (here an
+    address where nothing listens: ssh's 255, the node unreachable)."""
+    templates = {"on-node.sh": (ROOT / "templates" / "on-node.sh.j2").read_text()}
+    script = tmp_path / "on-node.sh"
+    script.write_text(environment(templates).get_template("on-node.sh").render({
+        "render_plan": {"run_id": "r1"}, "render_container_ssh_port": 1, "render_ssh_key": str(tmp_path / "key"),
+        "render_known_hosts": str(tmp_path / "known_hosts"), "render_here": "node3",
+        "render_reach": [{"name": f"node{i}", "addr": "127.0.0.1"} for i in (1, 2, 3)],
+    }))  # fmt: skip
+
+    def run(name: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(script), name, "echo", "here"], capture_output=True, text=True, timeout=30)
+
+    assert run("node3").stdout == "here\n" and run("node1").returncode == 255
+    (tmp_path / "supervisor-here").write_text("node1")
+    assert run("node1").stdout == "here\n" and run("node3").returncode == 255
+    assert run("node9").returncode == 2

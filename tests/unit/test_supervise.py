@@ -343,8 +343,15 @@ def test_a_supervisor_on_another_node_copies_its_record_to_the_master_and_the_su
     while supervise("read", "--run-dir", str(run_dir))["pid"] and time.monotonic() < deadline:
         time.sleep(0.2)
     said = supervise("read", "--run-dir", str(run_dir))
-    assert said["pid"] == 0 and said["result"] is None
-    assert any("the run's supervision was moved to this node" in line for line in said["lines"]), said["lines"]
+    assert said["pid"] == 0 and said["result"]["superseded"], said  # a follower there is told where it went
+    assert said["result"]["error"].startswith("the run's supervision was moved to node1 (supervise.py move): this")
+    assert (
+        "supervisor: the run's supervision was moved to node1 (supervise.py move); this one ends" in said["lines"][-1]
+    )
+    assert not (run_dir / "supervisor" / "result.json").exists()
+    # and it is not started again (status.yml there, train.yml's follower): it is superseded, not dead
+    again = supervise("status", "--run-dir", str(run_dir), "--take-up")
+    assert again["pid"] == 0 and again["ended"] and again["superseded"].startswith("the run's supervision was moved")
     (run_dir / "states").write_text(FINISHED)
     lines, result = follow(master_dir)
     assert lines[0].startswith("supervisor: the run's supervision moved here (node1, pid "), lines

@@ -35,7 +35,7 @@ from the state; train.yml collects it to the controller, where the report reads 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import incidents, records, recovery
@@ -77,6 +77,8 @@ class Attempts:
         if state is not None and not all(k in state for k in ("records", "current", "next")):
             raise records.RecordError(f"{path} lacks records, current or next: not a state train.yml wrote; {fix}")
         self.state: dict[str, Any] = state or {"records": [], "current": None, "next": None}
+        #: Called after every save (the supervisor copies its record to the master: node/supervise.py RecordCopy).
+        self.on_save: Callable[[], None] = lambda: None
 
     # --- the state -------------------------------------------------------------------------------------------
     @property
@@ -87,6 +89,7 @@ class Attempts:
 
     def _save(self) -> None:
         records.write_json(os.path.join(self.run_dir, STATE_FILE), self.state)
+        self.on_save()
 
     def view(self) -> dict[str, Any]:
         """The current attempt as the playbook reads it: number, plan, outcome, decision, next, lost, message, and

@@ -177,6 +177,8 @@ def supervisor_text(master: str, seen: Mapping[str, Any] | None) -> str:
             f"ranks go on unwatched (no restart, no hang diagnosis) until {master} answers again and status.yml "
             "starts its supervisor again there, or stop.yml ends the run"
         )
+    if seen and seen.get("superseded"):
+        return f"nobody on {master}: {seen['superseded']}"
     if not seen or not seen.get("attempt"):
         return (
             "nobody on the cluster: no supervisor was started for this run (train.yml of an older bundle); it is "

@@ -82,7 +82,18 @@ COPY_DIR = "supervisor.copy"
 
 def paths(run_dir: str) -> dict[str, str]:
     base = os.path.join(run_dir, "supervisor")
-    names = ("request.json", "pid", "lock", "events", "snapshot.json", "result.json", "log", "stop.json")
+    names = (
+        "request.json",
+        "pid",
+        "lock",
+        "events",
+        "snapshot.json",
+        "result.json",
+        "log",
+        "stop.json",
+        "moved.json",
+        "superseded.json",
+    )
     return {name: os.path.join(base, name) for name in names} | {"state": os.path.join(base, "run")}
 
 
@@ -281,7 +292,10 @@ class RecordCopy:
         argv = ["python3", os.path.join(self.programs, "supervise.py"), "receive", "--run-dir", self.run_dir]
         reply = self.on_node(master, argv, json.dumps({"from": here, "at": time.time(), "files": held}))
         if reply.get("rc") == 0 and "superseded" in str(reply.get("stdout")):
-            raise Superseded(str(reply.get("stdout")).strip())
+            try:
+                raise Superseded(json.loads(str(reply["stdout"]))["superseded"])
+            except (ValueError, KeyError, TypeError):
+                raise Superseded(str(reply.get("stdout")).strip()) from None
         if reply.get("rc") != 0 and not self.failing:
             why = str(reply.get("msg") or reply.get("stderr") or "").strip()[:200]
             self.say(f"supervisor: its record could not be copied to the master {master} (tried again every "
@@ -293,8 +307,9 @@ def receive(run_dir: str, payload: str) -> dict[str, object]:
     """The record's copy from the run's supervisor on another node, written whole into ``<run_dir>/supervisor.copy/``;
     ``superseded`` instead once a supervision moved here lives (the sender ends)."""
     files = paths(run_dir)
-    if os.path.exists(os.path.join(os.path.dirname(files["pid"]), "moved.json")) and alive(files):
-        return {"superseded": f"the run's supervision was moved to this node (pid {recorded_pid(files)})"}
+    moved = read_json(files["moved.json"])
+    if moved is not None:  # whether or not its supervisor lives now: this node's record is the run's
+        return {"superseded": f"the run's supervision was moved to {(moved or {}).get('to')} (supervise.py move)"}
     sent = json.loads(payload)
     copy = os.path.join(run_dir, COPY_DIR)
     for name, text in sent["files"].items():
@@ -341,6 +356,9 @@ def move(run_dir: str, node: str) -> dict[str, object]:
                            "to the run's master only; move the supervision there"}  # fmt: skip
     if os.path.exists(base):  # an earlier supervision's files here, dead: kept aside
         os.replace(base, f"{base}.before-{int(time.time())}")
+    os.makedirs(base)
+    # first: a copy the old supervisor sends from now on is refused, and tells it to end (receive)
+    write_json(files["moved.json"], {"from": copied["from"], "copied_at": copied["at"], "to": node})
     held = [os.path.relpath(path, copy) for path in glob.glob(os.path.join(copy, "run", "attempt-*", "attempt.json"))]
     for name in (*COPIED, *held):
         source = os.path.join(copy, name)
@@ -352,7 +370,9 @@ def move(run_dir: str, node: str) -> dict[str, object]:
         else:
             with open(source, encoding="utf-8") as handle, open(os.path.join(base, name), "w") as out:
                 out.write(handle.read())
-    write_json(os.path.join(base, "moved.json"), {"from": copied["from"], "copied_at": copied["at"], "to": node})
+    with open(os.path.join(run_dir, "supervisor-here.tmp"), "w", encoding="utf-8") as handle:
+        handle.write(node)  # on-node.sh runs a command for this node here, and reaches the old one over ssh
+    os.replace(os.path.join(run_dir, "supervisor-here.tmp"), os.path.join(run_dir, "supervisor-here"))
     request = read_json(files["request.json"]) or {}
     state = read_json(os.path.join(files["state"], "attempts.json")) or {}
     plan = (state.get("current") or {}).get("plan") or request["watch"]["plan"]
@@ -383,7 +403,7 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
 
     life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]), on_node, say,
                      stopping)  # fmt: skip
-    moved = read_json(os.path.join(os.path.dirname(files["pid"]), "moved.json"))
+    moved = read_json(files["moved.json"])
     if isinstance(moved, dict) and first_here:  # moved here, and started here for the first time
         copied = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(moved.get("copied_at") or 0)))
         say(f"supervisor: the run's supervision moved here ({moved.get('to')}, pid {os.getpid()}) from "
@@ -393,12 +413,18 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
         say(f"supervisor: its process {taken_up_from} ended before the run did; taking the run up again (pid "
             f"{os.getpid()}) at its step '{life.step()}'")  # fmt: skip
     copy = RecordCopy(run_dir, files, first["programs"], on_node, say)
+
+    def plan_now() -> dict:
+        current = life.attempts.state.get("current")
+        return current["plan"] if current else first["plan"]
+
+    life.attempts.on_save = lambda: copy(plan_now(), now=True)  # each change of the state, as it is saved
     try:
         _run_steps(life, files, first, on_node, say, stopping, copy)
-        current = life.attempts.state.get("current")
-        copy(current["plan"] if current else first["plan"], now=True)  # the run's end, in the copy too
+        copy(plan_now(), now=True)  # the run's end, in the copy too
     except Superseded as exc:
         say(f"supervisor: {exc}; this one ends and acts no more")
+        write_json(files["superseded.json"], {"at": time.time(), "why": str(exc)})
 
 
 def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
@@ -410,7 +436,7 @@ def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
     launched_here = False
     while True:
         current = life.attempts.state.get("current")
-        copy(current["plan"] if current else first["plan"], now=True)
+        copy(current["plan"] if current else first["plan"], now=True)  # an attempt set aside, a result
         step = life.step()
         if step == "next" and stopping():
             life.end_restarts()
@@ -465,7 +491,7 @@ def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
 def start(run_dir: str, request_text: str) -> dict[str, object]:
     files = paths(run_dir)
     os.makedirs(os.path.dirname(files["pid"]), exist_ok=True)
-    if os.path.exists(files["result.json"]):
+    if os.path.exists(files["result.json"]) or os.path.exists(files["superseded.json"]):
         return {"pid": 0, "started": False, "ended": True}
     lock = os.open(files["lock"], os.O_WRONLY | os.O_CREAT, 0o644)
     try:
@@ -573,6 +599,17 @@ def _whole_lines(path: str, at: int) -> bytes:
     return chunk[: chunk.rfind(b"\n") + 1]
 
 
+def run_end(files: dict[str, str]) -> object:
+    """The run's end as this node's record has it: its result; for a supervisor superseded by a move (it ended
+    without one), an error saying where the supervision went; None while the run goes on here."""
+    result = read_json(files["result.json"])
+    superseded = read_json(files["superseded.json"]) if result is None else None
+    if isinstance(superseded, dict):
+        return {"error": f"{superseded.get('why')}: this node supervises the run no more; follow the run where it "
+                         "moved: status.yml -e follow=true", "superseded": True}  # fmt: skip
+    return result
+
+
 def read(run_dir: str, offset: int, wait: float) -> dict[str, object]:
     """The events after ``offset`` (whole lines; a negative offset: the last -offset lines), whether the
     supervisor lives, and the run's end once it came (else the current attempt's watch so far); waits up to
@@ -583,7 +620,7 @@ def read(run_dir: str, offset: int, wait: float) -> dict[str, object]:
         with events_locked(files["events"], exclusive=False):
             offset = attach_offset(files["events"], -offset)
     while True:
-        result = read_json(files["result.json"])
+        result = run_end(files)
         with events_locked(files["events"], exclusive=False):
             whole, start, skipped = events_after(files["events"], offset)
         if whole or result is not None or time.monotonic() >= deadline:
@@ -626,8 +663,11 @@ def status(run_dir: str, take_up: bool) -> dict[str, object]:
     files = paths(run_dir)
     if not os.path.exists(files["request.json"]):
         return {"attempt": 0, "run_dir": run_dir}
-    pid, result = alive(files), read_json(files["result.json"])
+    pid, result = alive(files), run_end(files)
     answer: dict[str, object] = {"run_dir": run_dir, "pid": pid, "taken_up_from": 0}
+    if isinstance(result, dict) and result.get("superseded"):  # moved away: this node's record is no more the run's
+        answer.update(superseded=result["error"], ended=True)
+        return answer
     if take_up and result is None and not pid:
         dead = recorded_pid(files)
         with open(files["request.json"], encoding="utf-8") as handle:
