@@ -147,9 +147,6 @@ class ActionModule(ActionBase):
                     display.display(f"{host}: no answer from {whose} container ({_why(reply)}); the run goes on "
                                     "under its supervisor on the cluster; trying again")  # fmt: skip
                 lost = silent_master(request.plan, time.monotonic() - lost_since, _why(reply))
-                if lost and host != request.plan["master"]:  # not the master: the ranks may well go on
-                    lost = {"state": "running", "reason": f"the supervisor's node {host} has not answered this "
-                            f"controller for {time.monotonic() - lost_since:.0f} s ({_why(reply)})"}  # fmt: skip
                 if lost:
                     return {"watch": dict(snapshot or {}, **lost), "silent": True}
                 if time.monotonic() >= deadline:

@@ -387,3 +387,18 @@ def test_a_master_silent_to_the_follower_is_judged_only_after_its_limit(plan):
         lost["reason"] == "the master has not answered for 120 s: ssh: connect to host 172.30.0.11 port 22: "
         "Connection refused"
     )
+
+
+def test_a_silent_supervisors_node_that_is_not_the_master_loses_no_node(plan):
+    """-e supervisor_host=node3: its silence to the follower is no verdict on the run, whose ranks are elsewhere."""
+    from trainops.watch import MASTER_SILENT_S, silent_master
+
+    elsewhere = dict(plan, supervisor="node3")
+    assert silent_master(elsewhere, 60.0, "Connection timed out") is None
+    assert silent_master(
+        elsewhere, MASTER_SILENT_S, "ssh: connect to host 172.30.0.13 port 22: Connection timed out"
+    ) == {
+        "state": "running",
+        "reason": "the supervisor's node node3 has not answered this controller for 120 s (ssh: connect to host "
+        "172.30.0.13 port 22: Connection timed out)",
+    }

@@ -628,10 +628,16 @@ MASTER_SILENT_S = 120.0
 
 
 def silent_master(plan: Mapping[str, Any], silent_s: float, why: str) -> dict[str, Any] | None:
-    """The follower's verdict on a master that has not answered it for ``silent_s`` seconds: None (keep trying)
-    below :data:`MASTER_SILENT_S`, else a failed outcome, kind ``lost``, naming the master."""
+    """The follower's verdict on the supervisor's node (the plan's ``supervisor``, else its master) that has not
+    answered it for ``silent_s`` seconds: None (keep trying) below :data:`MASTER_SILENT_S`; else, for the master, a
+    failed outcome, kind ``lost``, naming it; for another node (-e supervisor_host), the run still ``running`` as far
+    as anyone knows (its ranks are elsewhere), with why the follower stopped."""
     if silent_s < MASTER_SILENT_S:
         return None
+    host = plan.get("supervisor") or plan["master"]
+    if host != plan["master"]:
+        return {"state": "running", "reason": f"the supervisor's node {host} has not answered this controller for "
+                                              f"{silent_s:.0f} s ({why.strip()[:300]})"}  # fmt: skip
     lost = _failed("lost", plan["master"], f"the master has not answered for {silent_s:.0f} s: {why.strip()[:300]}")
     return dict(lost, ranks=ranks_of(plan, plan["master"]))
 
