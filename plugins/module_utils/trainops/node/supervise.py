@@ -262,8 +262,10 @@ def napper(files: dict[str, str], exit_file: str):
     return nap
 
 
-class Superseded(Exception):
-    """The run's supervision was moved to another node (supervise.py move) while this one could not be reached."""
+class Superseded(BaseException):
+    """The run's supervision was moved to another node (supervise.py move) while this one could not be reached. Not
+    an Exception: no step's own error handling (Lifecycle.after_attempt ends the run on one) may take it for a
+    failure of the run; the supervisor ends where it is."""
 
 
 class RecordCopy:
