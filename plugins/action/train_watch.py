@@ -118,7 +118,7 @@ class ActionModule(ActionBase):
         returned at once."""
         # the node whose container runs the supervisor (this task's host: -e supervisor_host, else the master)
         supervise, host = f"{request.programs}/supervise.py", request.plan.get("supervisor") or request.plan["master"]
-        whose = "the master's" if host == request.plan["master"] else f"the supervisor's ({host})"
+        who = "the master" if host == request.plan["master"] else "the supervisor's node"
         where = ["--run-dir", request.plan["run_dir"]]
         started_with = json.dumps({"watch": json.loads(request.to_json()), "run": run})
         deadline = time.monotonic() + request.wait
@@ -144,7 +144,7 @@ class ActionModule(ActionBase):
                 started = False  # start again once it answers: a supervisor found running is only followed
                 if lost_since is None:
                     lost_since = time.monotonic()
-                    display.display(f"{host}: no answer from {whose} container ({_why(reply)}); the run goes on "
+                    display.display(f"{host}: no answer from {who}'s container ({_why(reply)}); the run goes on "
                                     "under its supervisor on the cluster; trying again")  # fmt: skip
                 lost = silent_master(request.plan, time.monotonic() - lost_since, _why(reply))
                 if lost:
@@ -156,8 +156,7 @@ class ActionModule(ActionBase):
             if reply.get("failed"):  # the node answers, but the supervisor's program failed: not a lost node
                 raise AnsibleActionFail(f"{host}: the run's supervisor ({supervise}) failed: {_why(reply, 1000)}")
             if lost_since is not None:
-                display.display(f"{host}: {whose} container answers again, after "
-                                f"{time.monotonic() - lost_since:.0f} s")  # fmt: skip
+                display.display(f"{host}: {who} answers again, after {time.monotonic() - lost_since:.0f} s")
                 lost_since = None
             answer = json.loads(reply["stdout"] or "{}")
             for line in answer["lines"]:
