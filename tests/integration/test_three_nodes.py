@@ -1,8 +1,9 @@
 """What needs a third node, on a testbed grown to three for this module and shrunk back to two after it: the full
 health check's pairs naming the node whose link is slowed (a real rate limit on node3's interface: tc tbf, since
-this kernel has no netem), and a spare taking the place of a hung rank's node in an elastic restart. Every verdict
-comes from health.yml or train.yml over SSH. An elastic re-plan without a spare (a lost node, at half the dp) is
-test_megatron_train.py's."""
+this kernel has no netem), a spare taking the place of a hung rank's node in an elastic restart, and a supervisor
+on a node without ranks (-e supervisor_host) whose supervision moves to the master when that node is lost. Every
+verdict comes from health.yml, train.yml or status.yml over SSH. An elastic re-plan without a spare (a lost node,
+at half the dp) is test_megatron_train.py's."""
 
 from __future__ import annotations
 
