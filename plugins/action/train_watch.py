@@ -52,7 +52,7 @@ if _CORE not in sys.path:
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure  # noqa: E402
 from ansible.plugins.action import ActionBase  # noqa: E402
 from ansible.utils.display import Display  # noqa: E402
-from trainops.watch import ProbeError, Watcher, WatchRequest, silent_master, watch  # noqa: E402
+from trainops.watch import ProbeError, Watcher, WatchRequest, silent_master, supervisor_node, watch  # noqa: E402
 
 display = Display()
 #: Seconds one read of the supervisor's events waits for a new line (the follower's latency, at most).
@@ -117,7 +117,7 @@ class ActionModule(ActionBase):
         current attempt's watch so far, state running). With ``detach``, the supervisor is started and ``running``
         returned at once."""
         # the node whose container runs the supervisor (this task's host: -e supervisor_host, else the master)
-        supervise, host = f"{request.programs}/supervise.py", request.plan.get("supervisor") or request.plan["master"]
+        supervise, host = f"{request.programs}/supervise.py", supervisor_node(request.plan)
         who = "the master" if host == request.plan["master"] else "the supervisor's node"
         where = ["--run-dir", request.plan["run_dir"]]
         started_with = json.dumps({"watch": json.loads(request.to_json()), "run": run})

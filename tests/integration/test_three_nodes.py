@@ -154,6 +154,9 @@ def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_and_moves_to_the_
     _clean(exp)
     inventory = inventory_copy(tmp_path, node3={"spare": True})
     without_node3 = ("--limit", "localhost,all,!node3")
+    # overridden, and why: train_iters so that the run outlasts every step (stop.yml ends it), save_interval 5 so
+    # that saves come within seconds, wait=false so that no terminal follows while node3 is lost; the defaults as
+    # rendered run in test_megatron_defaults.py and test_train.py
     started = playbook("train.yml", *SMALL, "-e", "train_iters=100000", "-e", f"exp={exp}", "-e", "max_restarts=2",
                        "-e", "wait=false", "-e", "supervisor_host=node3", "-e", f"health_dir={tmp_path / 'health'}",
                        "-e", json.dumps({"training": {"save_interval": 5}}), inventory=inventory)  # fmt: skip

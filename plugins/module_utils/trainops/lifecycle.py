@@ -49,6 +49,7 @@ from .recovery import STOPPED
 from .render import render_files
 from .run_report import write_report
 from .straggler import DEFAULT_RATIO
+from .watch import supervisor_node
 
 #: ``on_node(node, argv, stdin=None, binary=False)``: run argv on a node of the plan, answered as docker exec is
 #: (``rc``, ``stdout``, ``stderr``; ``failed`` and ``msg`` when rc is not 0; ``unreachable`` when ssh could not
@@ -78,7 +79,7 @@ def _safe_members(tar: tarfile.TarFile, node: str):
 def _supervisors_node(plan: dict[str, Any]) -> str:
     """Where the supervisor looks from, in its lines: ``the master``, or ``node3, the supervisor's node`` (-e
     supervisor_host: the plan's ``supervisor``)."""
-    here = plan.get("supervisor") or plan["master"]
+    here = supervisor_node(plan)
     return "the master" if here == plan["master"] else f"{here}, the supervisor's node"
 
 

@@ -627,6 +627,12 @@ class Watcher:
 MASTER_SILENT_S = 120.0
 
 
+def supervisor_node(plan: Mapping[str, Any]) -> str:
+    """The node whose container runs the plan's supervisor: the plan's ``supervisor`` (-e supervisor_host), else
+    its master (a plan of an older bundle names none)."""
+    return str(plan.get("supervisor") or plan["master"])
+
+
 def silent_master(plan: Mapping[str, Any], silent_s: float, why: str) -> dict[str, Any] | None:
     """The follower's verdict on the supervisor's node (the plan's ``supervisor``, else its master) that has not
     answered it for ``silent_s`` seconds: None (keep trying) below :data:`MASTER_SILENT_S`; else, for the master, a
@@ -634,7 +640,7 @@ def silent_master(plan: Mapping[str, Any], silent_s: float, why: str) -> dict[st
     as anyone knows (its ranks are elsewhere), with why the follower stopped."""
     if silent_s < MASTER_SILENT_S:
         return None
-    host = plan.get("supervisor") or plan["master"]
+    host = supervisor_node(plan)
     if host != plan["master"]:
         return {"state": "running", "reason": f"the supervisor's node {host} has not answered this controller for "
                                               f"{silent_s:.0f} s ({why.strip()[:300]})"}  # fmt: skip

@@ -80,6 +80,13 @@ ATTEMPT_RECORD = re.compile(r"run/attempt-[0-9]+/attempt\.json")
 COPY_DIR = "supervisor.copy"
 
 
+def attempt_records(base: str) -> list[str]:
+    """The ended attempts' records under a supervisor's directory (or its copy), relative to it."""
+    return sorted(
+        os.path.relpath(path, base) for path in glob.glob(os.path.join(base, "run", "attempt-*", "attempt.json"))
+    )
+
+
 def paths(run_dir: str) -> dict[str, str]:
     base = os.path.join(run_dir, "supervisor")
     names = (
@@ -279,16 +286,15 @@ class RecordCopy:
         self.last, self.failing = 0.0, False
 
     def __call__(self, plan: dict[str, object], now: bool = False) -> None:
-        here, master = plan.get("supervisor") or plan["master"], str(plan["master"])
+        from trainops.watch import supervisor_node
+
+        here, master = supervisor_node(plan), str(plan["master"])
         if here == master or (not now and time.monotonic() - self.last < COPY_EVERY_S):
             return
         self.last = time.monotonic()
         base = os.path.dirname(self.files["pid"])
         held = {}
-        ended = sorted(
-            os.path.relpath(path, base) for path in glob.glob(os.path.join(base, "run", "attempt-*", "attempt.json"))
-        )
-        for name in (*COPIED, *ended):
+        for name in (*COPIED, *attempt_records(base)):
             with contextlib.suppress(OSError), open(os.path.join(base, name), encoding="utf-8") as handle:
                 held[name] = handle.read()
         argv = ["python3", os.path.join(self.programs, "supervise.py"), "receive", "--run-dir", self.run_dir]
@@ -361,8 +367,7 @@ def move(run_dir: str, node: str) -> dict[str, object]:
     os.makedirs(base)
     # first: a copy the old supervisor sends from now on is refused, and tells it to end (receive)
     write_json(files["moved.json"], {"from": copied["from"], "copied_at": copied["at"], "to": node})
-    held = [os.path.relpath(path, copy) for path in glob.glob(os.path.join(copy, "run", "attempt-*", "attempt.json"))]
-    for name in (*COPIED, *held):
+    for name in (*COPIED, *attempt_records(copy)):
         source = os.path.join(copy, name)
         if not os.path.exists(source):
             continue
@@ -433,7 +438,7 @@ def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
     """The lifecycle's steps from where its state is, to the run's end (its result written); each step's change
     copied to the master when the supervisor runs elsewhere (:class:`RecordCopy`)."""
     from trainops.recovery import STOPPED
-    from trainops.watch import ProbeError, Watcher, WatchRequest, watch
+    from trainops.watch import ProbeError, Watcher, WatchRequest, supervisor_node, watch
 
     launched_here = False
     while True:
@@ -469,7 +474,7 @@ def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
                     raise StopAsked
                 # the launch's exit status on the supervisor's own node (-e supervisor_host, else the master's;
                 # a supervisor on a node without a rank sees none and wakes at the next probe)
-                here = view["plan"].get("supervisor") or master
+                here = supervisor_node(view["plan"])
                 exit_file = os.path.join(view["plan"]["run_dir"], "exit", f"{here}.rc")
                 watched = watch(watcher, lambda argv, stdin=None, m=master: on_node(m, argv, stdin), say, probed,
                                 napper(files, exit_file))  # fmt: skip
