@@ -71,6 +71,19 @@ def test_noise_alone_names_no_straggler():
     assert straggler.assess(reports, world=4, node_of=NODE_OF) == []
 
 
+def test_one_stalled_report_names_no_straggler_and_a_few_leave_a_slow_rank_named():
+    # as a CI run's untouched testbed had it: 149 reports within 10 % of each other, and in one rank 0 at 1/75 of
+    # the others' throughput (its process paused), which alone made its sum 1.4x the others'
+    jitter = [1.0, 0.95, 1.05, 0.9]
+    reports = [_report({r: jitter[(r + i) % 4] for r in range(4)}) for i in range(149)]
+    reports[60] = _report({0: 1.0 / 75, 1: 1.0, 2: 1.0, 3: 1.0})
+    assert straggler.assess(reports, world=4, node_of=NODE_OF, skip=0) == []
+    # a rank 1.3x slower in every report stays a straggler with the stall on top
+    slow = [_report({**r["etpt"], 3: r["etpt"][3] / 1.3}) for r in reports]
+    found = straggler.assess(slow, world=4, node_of=NODE_OF, skip=0)
+    assert [s["rank"] for s in found] == [3] and 1.2 < found[0]["ratio"] < 1.45
+
+
 def test_too_few_reports_give_no_verdict():
     slow = [_report({0: 1.0, 1: 1.0, 2: 1.0, 3: 0.2})] * 50
     assert straggler.assess(slow, world=4, node_of=NODE_OF) == []

@@ -15,8 +15,9 @@ The smoke job prints the same lines from its own measurements (the Rtt, DRtt and
 power, temperature, utilisation or clock to report).
 
 A rank is a **straggler** when its compute time, summed over a span of reports (the run, or the watcher's last
-200), is at least ``ratio`` times the median of the other ranks' sums (:func:`assess`). Every rank does the
-same FLOPs per iteration, so a rank's time is proportional to ``1 / Etpt``. Where a report names only the
+200) with its slowest 2 % of them left out, is at least ``ratio`` times the median of the other ranks' sums
+(:func:`assess`). Every rank does the same FLOPs per iteration, so a rank's time is proportional to
+``1 / Etpt``. Where a report names only the
 fastest and the slowest rank (no Bottom/Top lines), a rank is a straggler when it is the slowest at ``ratio``
 times the fastest in at least half of the reports.
 """
@@ -35,6 +36,11 @@ DEFAULT_RATIO = 1.2
 #: reports, and a verdict over 19 reports named a healthy rank in 11 of 63 windows, over 50 in 1 of 23, over 100
 #: in none (benchmarks/RESULTS.md). Megatron's reports average a whole log interval each, so they are steadier.
 MIN_REPORTS = 100
+#: The share of a rank's slowest reports its sum leaves out (at least one). One stalled report is no straggler:
+#: on a CI run's untouched testbed, rank 0 took 74x the others' time in one report of 149 (something stalled
+#: its process once), which alone lifted its sum to 1.4x the others'. A throttled node is slow in many reports, so
+#: leaving out a few of them keeps its verdict.
+TRIMMED_SHARE = 0.02
 
 _FIELD = re.compile(r"\b(Mn|Mx)([A-Za-z]+)/Rnk:\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)([A-Za-z%]*)/(\d+)")
 _RANKED = re.compile(r"\^\^\^\^\s+(Bottom|Top)\s+\d+\s+Ranks with (?:lowest|highest)\s+Etpt\(TF\):(.*)$")
@@ -107,10 +113,7 @@ def rolling_ratios(
     step = max(1, len(times) // points)
     xs, out = [], {rank: [] for rank in sorted(times[0])}
     for end in range(window, len(times) + 1, step):
-        totals: dict[int, float] = {}
-        for row in times[end - window : end]:
-            for rank, value in row.items():
-                totals[rank] = totals.get(rank, 0.0) + value
+        totals = span_totals(times[end - window : end])
         xs.append(end)
         for rank in out:
             others = [v for r, v in totals.items() if r != rank]
@@ -131,6 +134,17 @@ def report_times(report: Mapping[str, Any], world: int) -> dict[int, float]:
     return {}
 
 
+def span_totals(rows: Sequence[Mapping[int, float]]) -> dict[int, float]:
+    """Each rank's compute time summed over ``rows`` (one ``{rank: time}`` per report), its slowest
+    :data:`TRIMMED_SHARE` of them (at least one when there are two or more) left out."""
+    leave_out = max(1, int(len(rows) * TRIMMED_SHARE)) if len(rows) >= 2 else 0
+    per_rank: dict[int, list[float]] = {}
+    for row in rows:
+        for rank, value in row.items():
+            per_rank.setdefault(rank, []).append(value)
+    return {rank: sum(sorted(values)[: len(values) - leave_out]) for rank, values in per_rank.items()}
+
+
 def assess(
     reports: Sequence[Mapping[str, Any]],
     world: int,
@@ -141,29 +155,25 @@ def assess(
 ) -> list[dict[str, Any]]:
     """The stragglers over a span of reports (the first ``skip`` left out as warm-up).
 
-    When the reports cover every rank, a rank's compute time summed over the span is compared with the median
-    of the other ranks' sums: a sum, not a median of per-report ratios, because a throttled node (a CPU quota,
-    a card that clocks down now and then) is slow in bursts. Otherwise (only the fastest and slowest listed)
-    a rank is a straggler when it is the slowest at ``ratio`` or more in at least half of the reports.
+    When the reports cover every rank, a rank's compute time summed over the span (:func:`span_totals`) is
+    compared with the median of the other ranks' sums: a sum, not a median of per-report ratios, because a
+    throttled node (a CPU quota, a card that clocks down now and then) is slow in bursts. Otherwise (only the
+    fastest and slowest listed) a rank is a straggler when it is the slowest at ``ratio`` or more in at least
+    half of the reports.
     Each straggler: rank, node, local rank, ratio, worst single report, reports flagged and reports used. Fewer
     than ``min_reports`` reports give no verdict (an empty list).
     """
     used = list(reports[skip:]) if len(reports) > skip else list(reports)
     if len(used) < max(1, min_reports):
         return []
-    totals: dict[int, float] = {}
-    complete = 0
+    rows = [report_times(report, world) for report in used]
     flagged: dict[int, list[float]] = {}
     for report in used:
-        times = report_times(report, world)
-        if times:
-            complete += 1
-            for rank, value in times.items():
-                totals[rank] = totals.get(rank, 0.0) + value
         for rank, slowdown in slow_ranks(report, ratio).items():
             flagged.setdefault(rank, []).append(slowdown)
     found: dict[int, float] = {}
-    if complete and complete == len(used) and len(totals) >= 2:
+    totals = span_totals(rows) if all(rows) else {}
+    if len(totals) >= 2:
         for rank, total in totals.items():
             others = [v for r, v in totals.items() if r != rank]
             if total / statistics.median(others) >= ratio:
