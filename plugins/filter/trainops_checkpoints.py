@@ -1,4 +1,5 @@
-"""Jinja filters of the checkpoints: the master's scan of the experiment's saves as the save a run resumes from."""
+"""Jinja filters of the checkpoints: the master's scan of the experiment's saves as the save a run resumes from;
+export.yml's save, place and result (trainops.export)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ if _CORE not in sys.path:
     sys.path.insert(0, _CORE)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from trainops import identity  # noqa: E402
+from trainops import export, identity  # noqa: E402
 from trainops.errors import PlanError  # noqa: E402
 
 
@@ -25,7 +26,14 @@ def resume_choice(*args: Any, **kwargs: Any) -> dict[str, Any]:
 
 
 class FilterModule:
-    """mtt-train-ops filters: the save a run resumes from."""
+    """mtt-train-ops filters: the save a run resumes from, and the save export.yml exports."""
 
     def filters(self) -> dict[str, Any]:
-        return {"trainops_resume_choice": resume_choice, "trainops_earlier_run_refusal": identity.earlier_run_refusal}
+        return {
+            "trainops_resume_choice": resume_choice,
+            "trainops_earlier_run_refusal": identity.earlier_run_refusal,
+            "trainops_export_save": export.choose_save,
+            "trainops_export_node_dir": export.node_dir,
+            "trainops_export_room": export.controller_room,
+            "trainops_export_text": export.result_text,
+        }

@@ -132,10 +132,10 @@ def left_out(runs_dir: str, options: Mapping[str, Any], given: Mapping[str, Any]
     return {node: incidents_core.exclusion_text(node, rows, window, given) for node, rows in sorted(found.items())}
 
 
-def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """report.yml's run: its plan, or the problem that refuses it before any SSH (trainops.run_report.report_run;
-    ``hosts``: trainops_inventory_nodes)."""
-    return run_report_core.report_run(run_dir, hosts)
+def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]], playbook: str = "report.yml") -> dict[str, Any]:
+    """report.yml's (and export.yml's) run: its plan, or the problem that refuses it before any SSH
+    (trainops.run_report.report_run; ``hosts``: trainops_inventory_nodes)."""
+    return run_report_core.report_run(run_dir, hosts, playbook)
 
 
 class FilterModule:

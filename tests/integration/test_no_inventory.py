@@ -29,6 +29,7 @@ PLAYBOOKS = [
     "playbooks/data.yml",
     "playbooks/health.yml",
     "playbooks/incidents.yml",
+    "playbooks/export.yml",
 ]
 
 

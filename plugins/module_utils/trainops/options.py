@@ -27,7 +27,7 @@ from typing import Any
 
 from .slurm import time_limit
 
-PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data", "incidents", "health")
+PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data", "incidents", "health", "export")
 
 #: Run ids, experiment names, container names: one path component, at most 100 of these characters.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]{0,99}$")
@@ -53,7 +53,7 @@ TRAIN = ("plan", "train")
 WATCH = ("train", "status")
 SLURM = ("train", "stop", "status")
 #: Playbooks that work in the training containers; those that plan or read the cluster's layout.
-CONTAINER = ("provision", "train", "stop", "status", "report", "data")
+CONTAINER = ("provision", "train", "stop", "status", "report", "data", "export")
 CLUSTER = ("provision", "plan", "train", "status", "data")
 RENDER = ("provision", "plan", "train")
 
@@ -278,8 +278,19 @@ OPTIONS: dict[str, Option] = {
         _o("recheck", "bool", "Run the collective checks even when a passing result is recorded.", ("provision",),
            False, docs="docs/provision.md"),
         _o("remove_container", "bool", "Also remove the training container.", ("stop",), False),
-        _o("run", "controller_path", "The run directory to report on (runs/<exp>/<run_id>).", ("report",),
-           docs="docs/train.md"),
+        _o("run", "controller_path", "The run directory to report on or export from (runs/<exp>/<run_id>).",
+           ("report", "export"), docs="docs/train.md"),
+        # --- export.yml -------------------------------------------------------------------------------------------
+        _o("iteration", "int", "The save to export (its iteration); unset: the run's newest verified save.",
+           ("export",), minimum=1, docs="docs/export.md"),
+        _o("export_unverified", "bool", "Export a save the run's checkpoint ledger does not call verified.",
+           ("export",), False, docs="docs/export.md"),
+        _o("export_path", "container_path", "Where the export is written on the master; unset: "
+           "<work_home>/exports/<exp>/<run_id>-iter_NNNNNNN.", ("export",), docs="docs/export.md"),
+        _o("export_dir", "controller_path", "Fetch the export to this new directory on the controller.",
+           ("export",), docs="docs/export.md"),
+        _o("export_parity", "bool", "Check the export against Megatron's own model (false: written, not verified).",
+           ("export",), True, docs="docs/export.md"),
         # --- incidents.yml, health.yml ----------------------------------------------------------------------------
         _o("clear", "name", "A node whose incidents so far are cleared, after a repair.", ("incidents", "health"),
            docs="docs/incidents.md"),
@@ -328,7 +339,7 @@ OPTIONS: dict[str, Option] = {
 }  # fmt: skip
 
 #: data.yml's required options.
-REQUIRED = {"data": ("input", "output_prefix", "tokenizer"), "report": ("run",)}
+REQUIRED = {"data": ("input", "output_prefix", "tokenizer"), "report": ("run",), "export": ("run",)}
 
 #: The roles' parameters a site may set (in the inventory or with -e), typed by the roles' argument specs: the
 #: training container, its sshd, the checks' limits and paths in the image. Every other role parameter is the

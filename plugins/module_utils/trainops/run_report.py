@@ -557,14 +557,14 @@ def write_report(
     return _finite(summary)
 
 
-def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]], playbook: str = "report.yml") -> dict[str, Any]:
     """report.yml's run, read on the controller before any node is contacted: ``{"plan": <plan/plan.json>,
     "problem": ""}``, or the problem that refuses it: not a run directory, a plan that cannot be read, or a plan
     for other nodes than this inventory's (``hosts``: each node's name and inventory keys). A node of the plan
     must be in the inventory at the address it was planned at; an inventory node the plan left out (a spare, a
     node left out) is no matter."""
     path = os.path.join(run_dir, "plan", "plan.json")
-    fix = "report.yml needs the plan train.yml wrote. No node was contacted and nothing was changed."
+    fix = f"{playbook} needs the plan train.yml wrote. No node was contacted and nothing was changed."
     try:
         plan = records.read_json(path, "plan", fix)
     except records.RecordError as exc:
@@ -588,7 +588,7 @@ def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]]) -> dict[str, An
         "plan": plan,
         "problem": records.printable(
             f"{run_dir} was planned for other nodes than this inventory's ({planned}): {'; '.join(wrong)}. "
-            "report.yml collects a run from the nodes it ran on: give the inventory it was planned with (-i). "
+            f"{playbook} works on the nodes the run ran on: give the inventory it was planned with (-i). "
             "No node was contacted and nothing was changed."
         ),
     }

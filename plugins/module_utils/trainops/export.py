@@ -1,0 +1,120 @@
+"""export.yml's decisions on the controller, before any node is contacted (docs/export.md): which save of a run is
+exported, where the export goes, whether it fits there, and what its result says.
+
+The save comes from the run's checkpoint ledger (``<run>/checkpoints.json``, :mod:`trainops.checkpoints`): by
+default its newest ``verified`` save; ``-e iteration=N`` names another, and a save the ledger does not call
+verified (bad, pending, or never judged) is refused unless ``-e export_unverified=true`` says to take it anyway.
+The node program (``trainops/node/export_hf.py``) writes the Hugging Face directory on the master, where the
+checkpoints are, and checks it against Megatron's model; ``-e export_dir=DIR`` fetches it to the controller.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from typing import Any
+
+from . import checkpoints, records
+
+#: Bytes per parameter of the exported weights by the run's precision: the model's own parameters, as saved
+#: (FP8 training keeps them in bf16).
+_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+#: The controller keeps this share free beyond the export (its tokenizer, the transfer's archive).
+HEADROOM = 0.1
+
+
+def _verdicts(saves: list[Mapping[str, Any]]) -> str:
+    return ", ".join(f"{s.get('iteration')} {s.get('verdict')}" for s in saves) or "none"
+
+
+def choose_save(run_dir: str, iteration: int | None = None, allow_unverified: bool = False) -> dict[str, Any]:
+    """``{"save": <the ledger's entry>, "problem": ""}``, or the problem that refuses the export."""
+    fix = "export.yml takes a save from the run's checkpoint ledger. No node was contacted and nothing was written."
+    try:
+        ledger = records.read_json(os.path.join(run_dir, checkpoints.LEDGER_FILE), "checkpoint ledger", fix)
+    except records.RecordError as exc:
+        return {"save": {}, "problem": str(exc)}
+    saves = [s for s in (ledger or {}).get("saves") or [] if isinstance(s, dict) and "iteration" in s]
+    if not saves:
+        return {"save": {}, "problem": f"{run_dir}: the run's ledger lists no save (did it save?). {fix}"}
+    if iteration is None:
+        newest = checkpoints.newest_verified(saves)
+        if newest is None:
+            return {"save": {}, "problem": (
+                f"{run_dir}: no save of the run is verified (saves: {_verdicts(saves)}). Name one with -e iteration=N "
+                "and, knowing it is not verified, -e export_unverified=true. Nothing was written.")}  # fmt: skip
+        return {"save": newest, "problem": ""}
+    named = [s for s in saves if int(s["iteration"]) == int(iteration)]
+    if not named:
+        return {"save": {}, "problem": (
+            f"{run_dir}: the run's ledger has no save of iteration {iteration} (saves: {_verdicts(saves)}; a save "
+            "retention removed is gone). Nothing was written.")}  # fmt: skip
+    save = named[-1]
+    if save.get("verdict") != checkpoints.VERIFIED and not allow_unverified:
+        reasons = "; ".join(save.get("reasons") or []) or "not judged yet"
+        return {"save": save, "problem": (
+            f"{run_dir}: the save of iteration {iteration} is {save.get('verdict')} in the run's ledger ({reasons}): "
+            "an export of it may hold a torn or partial model. Export a verified one (leave out -e iteration), or "
+            "take this one anyway with -e export_unverified=true. Nothing was written.")}  # fmt: skip
+    return {"save": save, "problem": ""}
+
+
+def node_dir(plan: Mapping[str, Any], save: Mapping[str, Any], export_path: str | None = None) -> str:
+    """Where the export is written on the master: ``-e export_path``, or
+    ``<work_home>/exports/<exp>/<run_id>-iter_NNNNNNN``."""
+    if export_path:
+        return export_path
+    return f"{plan['work_home']}/exports/{plan['exp_name']}/{plan['run_id']}-{save['name']}"
+
+
+def export_bytes(plan: Mapping[str, Any]) -> int:
+    """The exported weights' size at most: every parameter of the plan's model at its saved width."""
+    return int(plan.get("parameters") or 0) * _BYTES.get(str(plan.get("precision")), 4)
+
+
+def controller_room(export_dir: str, plan: Mapping[str, Any]) -> str:
+    """The problem with fetching the export to ``export_dir`` on the controller (it exists, or its file system
+    lacks room for it), or ``""``."""
+    if os.path.exists(export_dir):
+        return f"-e export_dir={export_dir} exists: name a new directory (the export never writes over one)."
+    parent = os.path.dirname(os.path.abspath(export_dir))
+    while not os.path.isdir(parent):
+        parent = os.path.dirname(parent)
+    free = shutil.disk_usage(parent).free
+    needed = int(export_bytes(plan) * (1 + HEADROOM))
+    if free < needed:
+        return (
+            f"-e export_dir={export_dir}: {free / 2**20:,.1f} MiB free at {parent} on this controller, the export "
+            f"takes about {needed / 2**20:,.1f} MiB ({plan.get('parameters'):,} parameters in "
+            f"{plan.get('precision')}). Free room there, or name a directory on a larger disk, or leave the export "
+            "on the node (leave out -e export_dir). Nothing was written."
+        )
+    return ""
+
+
+def result_text(result: Mapping[str, Any], node: str) -> str:
+    """The playbook's lines for the node program's result."""
+    if result.get("error"):
+        return f"{node}: export failed: {result['error']}"
+    where = f"{node}:{result['out']}"
+    head = (
+        f"exported iteration {result.get('iteration')} of {result['save']} to {where}: {result['tensors']} tensors, "
+        f"{result['bytes'] / 2**20:,.1f} MiB in {result['dtype']}, vocabulary {result['vocab_size']} (padded "
+        f"{result['padded_vocab_size']}), in {result['seconds']} s, peak memory {result['peak_rss_mib']:,.0f} MiB"
+    )
+    parity = result.get("parity")
+    if not parity:
+        return head + "\nparity not checked (-e export_parity=false): the export is not verified"
+    check = (
+        f"Megatron's model and transformers' LlamaForCausalLM on {parity['sequences']} sequences of "
+        f"{parity['length']} tokens ({parity['tokens']}): largest logit difference "
+        f"{parity['largest_logit_difference']:.3g} (tolerance {parity['logit_tolerance']:.3g}), loss "
+        f"{parity['megatron_loss']:.6f} vs {parity['hf_loss']:.6f} (relative {parity['loss_relative_difference']:.2g}, "
+        f"tolerance {parity['loss_tolerance']:g})"
+    )
+    if parity["passed"]:
+        return f"{head}\nverified: {check}"
+    layer = parity.get("first_differing_layer")
+    where_first = f"; the first layer whose output differs: {layer}" if layer is not None else ""
+    return f"{head}\nNOT VERIFIED, the parity check failed: {check}{where_first}. export.json says verified: false."
