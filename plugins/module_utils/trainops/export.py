@@ -46,10 +46,15 @@ def choose_save(run_dir: str, iteration: int | None = None, allow_unverified: bo
                 "and, knowing it is not verified, -e export_unverified=true. Nothing was written.")}  # fmt: skip
         return {"save": newest, "problem": ""}
     named = [s for s in saves if int(s["iteration"]) == int(iteration)]
+    removed = [s for s in (ledger or {}).get("removed") or [] if isinstance(s, dict)]
+    if not named and any(s.get("iteration") == iteration for s in removed):
+        return {"save": {}, "problem": (
+            f"{run_dir}: the save of iteration {iteration} was removed by the run's retention (keep_checkpoints); "
+            f"the saves left: {_verdicts(saves)}. Nothing was written.")}  # fmt: skip
     if not named:
         return {"save": {}, "problem": (
-            f"{run_dir}: the run's ledger has no save of iteration {iteration} (saves: {_verdicts(saves)}; a save "
-            "retention removed is gone). Nothing was written.")}  # fmt: skip
+            f"{run_dir}: the run's ledger has no save of iteration {iteration} (saves: {_verdicts(saves)}). "
+            "Nothing was written.")}  # fmt: skip
     save = named[-1]
     if save.get("verdict") != checkpoints.VERIFIED and not allow_unverified:
         reasons = "; ".join(save.get("reasons") or []) or "not judged yet"
@@ -101,7 +106,9 @@ def result_text(result: Mapping[str, Any], node: str) -> str:
     head = (
         f"exported iteration {result.get('iteration')} of {result['save']} to {where}: {result['tensors']} tensors, "
         f"{result['bytes'] / 2**20:,.1f} MiB in {result['dtype']}, vocabulary {result['vocab_size']} (padded "
-        f"{result['padded_vocab_size']}), in {result['seconds']} s, peak memory {result['peak_rss_mib']:,.0f} MiB"
+        f"{result['padded_vocab_size']}); written in {result['write_seconds']} s with at most "
+        f"{result['write_peak_rss_mib']:,.0f} MiB of memory, {result['seconds']} s and "
+        f"{result['peak_rss_mib']:,.0f} MiB with the parity check"
     )
     parity = result.get("parity")
     if not parity:

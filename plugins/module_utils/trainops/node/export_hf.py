@@ -394,6 +394,11 @@ def parity(args, save: str, out: str, vocab_size: int, data_path: str | None, se
     }
 
 
+def _peak_rss_mib() -> float:
+    """This process's largest resident memory so far (MiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def init_distributed(workdir: str) -> None:
     """A one-process gloo group: Megatron's checkpoint loading and model code ask torch.distributed."""
     import torch.distributed as dist
@@ -429,6 +434,7 @@ def export(options: argparse.Namespace) -> dict:
     index = write_weights(save, partial, spec, args.padded_vocab_size, vocab_size)
     tokenizer_files = copy_tokenizer(options.tokenizer, partial)
     written_s = round(time.monotonic() - started, 1)
+    written_rss = _peak_rss_mib()
     check = None
     if options.parity:
         check = parity(args, save, partial, vocab_size, options.data_path, options.sequences, options.length)
@@ -445,8 +451,9 @@ def export(options: argparse.Namespace) -> dict:
         "parity": check,
         "verified": bool(check and check["passed"]),
         "write_seconds": written_s,
+        "write_peak_rss_mib": written_rss,
         "seconds": round(time.monotonic() - started, 1),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mib": _peak_rss_mib(),
     }
     _write_json(os.path.join(partial, "export.json"), record)
     with contextlib.suppress(FileNotFoundError):
