@@ -36,4 +36,5 @@ class FilterModule:
             "trainops_export_node_dir": export.node_dir,
             "trainops_export_room": export.controller_room,
             "trainops_export_text": export.result_text,
+            "trainops_import_text": export.import_text,
         }

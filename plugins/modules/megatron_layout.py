@@ -121,6 +121,11 @@ options:
       - The dataset's C(<data_path>.manifest.json) (written by playbooks/data.yml). The launch uses its
         tokenizer; a tokenizer given that differs is refused; the summary shows the epochs the run reads.
     type: dict
+  init_from:
+    type: str
+    description:
+      - A Hugging Face Llama directory inside the containers whose weights a fresh start begins from (imported
+        before the launch; docs/export.md); none, Megatron's own initialisation.
   tokenizer_path_given:
     description: Whether O(tokenizer_path) was set by the user (then it must match the manifest's).
     type: bool

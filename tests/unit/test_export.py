@@ -1,12 +1,16 @@
 """export.yml's decisions on the controller (trainops.export): the save from the run's ledger, where it goes, the
-controller's room, and the lines of the result."""
+controller's room, and the lines of the result; train.yml's -e init_from in the plan."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
+import pytest
+from presets import load_preset, make_plan
 from trainops import export
+from trainops.errors import PlanError
+from trainops.plan import with_resume
 
 PLAN = {"work_home": "/data/mtt-train-ops", "exp_name": "llama", "run_id": "20261206-000000-abcd",
         "parameters": 8_030_261_248, "precision": "bf16"}  # fmt: skip
@@ -80,3 +84,26 @@ def test_the_result_says_verified_or_names_the_difference_and_the_layer():
     unchecked = {**_result(), "parity": None, "verified": False}
     assert "parity not checked (-e export_parity=false)" in export.result_text(unchecked, "node1")
     assert export.result_text({"error": "no metadata.json"}, "node1") == "node1: export failed: no metadata.json"
+
+
+def test_init_from_imports_before_a_fresh_start_and_renders_the_pretrained_checkpoint():
+    hosts = [{"name": "node1", "ansible_host": "10.0.0.1", "slots": 8, "accelerator": "musa"}]
+    common = {"model": load_preset("llama3-8b"), "hosts": hosts, "run_id": "r1", "layout": {"tp": "1", "pp": "1"}}
+    plan = make_plan(**common, init_from="/data/hf/Meta-Llama-3-8B")
+    imported = f"{plan['checkpoint_dir']}.imported"
+    assert (plan["init_from"], plan["init_checkpoint"]) == ("/data/hf/Meta-Llama-3-8B", imported)
+    # what Meta-Llama-3-8B's config.json says (the preset is that model, with the tokenizer's 128,256 tokens)
+    assert plan["init_expect"] == {
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    }  # fmt: skip
+    args = plan["megatron_args"]
+    assert args[args.index("--pretrained-checkpoint") + 1] == imported
+    fresh = with_resume(plan, None)["summary"][-1]
+    assert f"a fresh start from the weights of /data/hf/Meta-Llama-3-8B (imported to {imported})" in fresh
+    assert "--pretrained-checkpoint" not in make_plan(**common)["megatron_args"]
+    with pytest.raises(PlanError) as refused:
+        make_plan(**common, init_from="/data/hf/x", smoke=True, data_path="mock")
+    assert any("the smoke job does not load weights" in p for p in refused.value.problems)
+    assert any("mock data has no tokenizer" in p for p in refused.value.problems)

@@ -1,5 +1,6 @@
 """export.yml's decisions on the controller, before any node is contacted (docs/export.md): which save of a run is
-exported, where the export goes, whether it fits there, and what its result says.
+exported, where the export goes, whether it fits there, and what its result says; and the lines of an import
+(train.yml's ``-e init_from``, whose plan fields :mod:`trainops.plan` makes).
 
 The save comes from the run's checkpoint ledger (``<run>/checkpoints.json``, :mod:`trainops.checkpoints`): by
 default its newest ``verified`` save; ``-e iteration=N`` names another, and a save the ledger does not call
@@ -98,6 +99,38 @@ def controller_room(export_dir: str, plan: Mapping[str, Any]) -> str:
     return ""
 
 
+def _parity_text(parity: Mapping[str, Any]) -> str:
+    return (
+        f"Megatron's model and transformers' LlamaForCausalLM on {parity['sequences']} sequences of "
+        f"{parity['length']} tokens ({parity['tokens']}): largest logit difference "
+        f"{parity['largest_logit_difference']:.3g} (tolerance {parity['logit_tolerance']:.3g}), loss "
+        f"{parity['megatron_loss']:.6f} vs {parity['hf_loss']:.6f} (relative {parity['loss_relative_difference']:.2g}, "
+        f"tolerance {parity['loss_tolerance']:g})"
+    )
+
+
+def _failed_parity_text(parity: Mapping[str, Any], record: str) -> str:
+    layer = parity.get("first_differing_layer")
+    where_first = f"; the first layer whose output differs: {layer}" if layer is not None else ""
+    return f"NOT VERIFIED, the parity check failed: {_parity_text(parity)}{where_first}. {record} says verified: false."
+
+
+def import_text(result: Mapping[str, Any], node: str) -> str:
+    """train.yml's lines for ``import_hf.py``'s result (``-e init_from``)."""
+    if result.get("error"):
+        return f"{node}: import failed: {result['error']}"
+    if result.get("reused"):
+        return f"init_from    {result['source']}: imported before to {node}:{result['out']} (verified), reused"
+    head = (
+        f"init_from    {result['source']} imported to {node}:{result['out']} ({result['dtype']}, vocabulary "
+        f"{result['vocab_size']}) in {result['write_seconds']} s"
+    )
+    parity = result.get("parity")
+    if parity and parity["passed"]:
+        return f"{head}\nverified: {_parity_text(parity)}"
+    return f"{head}\n{_failed_parity_text(parity, 'import.json')}" if parity else head
+
+
 def result_text(result: Mapping[str, Any], node: str) -> str:
     """The playbook's lines for the node program's result."""
     if result.get("error"):
@@ -113,15 +146,6 @@ def result_text(result: Mapping[str, Any], node: str) -> str:
     parity = result.get("parity")
     if not parity:
         return head + "\nparity not checked (-e export_parity=false): the export is not verified"
-    check = (
-        f"Megatron's model and transformers' LlamaForCausalLM on {parity['sequences']} sequences of "
-        f"{parity['length']} tokens ({parity['tokens']}): largest logit difference "
-        f"{parity['largest_logit_difference']:.3g} (tolerance {parity['logit_tolerance']:.3g}), loss "
-        f"{parity['megatron_loss']:.6f} vs {parity['hf_loss']:.6f} (relative {parity['loss_relative_difference']:.2g}, "
-        f"tolerance {parity['loss_tolerance']:g})"
-    )
     if parity["passed"]:
-        return f"{head}\nverified: {check}"
-    layer = parity.get("first_differing_layer")
-    where_first = f"; the first layer whose output differs: {layer}" if layer is not None else ""
-    return f"{head}\nNOT VERIFIED, the parity check failed: {check}{where_first}. export.json says verified: false."
+        return f"{head}\nverified: {_parity_text(parity)}"
+    return f"{head}\n{_failed_parity_text(parity, 'export.json')}"

@@ -32,6 +32,11 @@ from typing import Any
 
 from .model import ModelSpec
 
+#: The ``config.json`` fields that say which model a directory holds: an import compares them with the run's.
+COMPARED = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "vocab_size", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
+)  # fmt: skip
 #: What each Megatron tensor becomes: copied whole, split per query group into q/k/v, halved into gate/up, or cut
 #: to the tokenizer's vocabulary.
 HOW = ("copy", "qkv", "gate_up", "vocab")

@@ -89,6 +89,9 @@ class RunPaths:
     tokenizer_type: str
     checkpoint_dir: str
     tensorboard_dir: str
+    #: A Megatron checkpoint a fresh start loads its weights from (Megatron's --pretrained-checkpoint: used only
+    #: while checkpoint_dir holds no save, as --finetune: the weights, from iteration 0); empty: none.
+    pretrained_checkpoint: str = ""
 
 
 def data_cache_dir(paths: RunPaths) -> str:
@@ -300,6 +303,8 @@ def build_megatron_args(
             "--ckpt-format",
             "torch_dist",
         ]
+        if paths.pretrained_checkpoint:
+            args += ["--pretrained-checkpoint", paths.pretrained_checkpoint]
     args += ["--distributed-timeout-minutes", str(t.distributed_timeout_minutes)]
     if t.log_straggler:
         args.append("--log-straggler")

@@ -280,6 +280,8 @@ OPTIONS: dict[str, Option] = {
         _o("remove_container", "bool", "Also remove the training container.", ("stop",), False),
         _o("run", "controller_path", "The run directory to report on or export from (runs/<exp>/<run_id>).",
            ("report", "export"), docs="docs/train.md"),
+        _o("init_from", "container_path", "A Hugging Face Llama directory on the master whose weights a fresh start "
+           "begins from (imported and checked before the launch).", TRAIN, docs="docs/export.md"),
         # --- export.yml -------------------------------------------------------------------------------------------
         _o("iteration", "int", "The save to export (its iteration); unset: the run's newest verified save.",
            ("export",), minimum=1, docs="docs/export.md"),

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from . import hf_llama
 from .cluster import Cluster, cluster_from_hosts
 from .dataset_manifest import ManifestError, epochs, manifest_for_plan
 from .errors import PlanError
@@ -204,6 +205,21 @@ class _Checked:
     dataset: dict[str, Any] | None
 
 
+def _init_from_problems(r: PlanRequest, spec: ModelSpec | None) -> list[str]:
+    """Why ``-e init_from`` cannot start this run: the smoke job, mock data, a model that is not a Llama."""
+    problems = []
+    if r.smoke:
+        problems.append(f"-e init_from={r.init_from}: the smoke job does not load weights; run Megatron (smoke=false)")
+    if r.data_path == MOCK_DATA:
+        problems.append(f"-e init_from={r.init_from}: mock data has no tokenizer the imported model could share")
+    if spec is not None:
+        try:
+            hf_llama.check_llama(spec)
+        except hf_llama.NotLlama as exc:
+            problems.append(f"-e init_from={r.init_from}: {exc}: only a Llama imports")
+    return problems
+
+
 def _checked(r: PlanRequest) -> _Checked:
     """Check every input; raise :class:`PlanError` with every problem, the request's own first."""
     problems = list(r.problems)
@@ -215,7 +231,14 @@ def _checked(r: PlanRequest) -> _Checked:
             problems.append(f"-e {key}={value:g} must be a positive number")
     problems += exp_name_problems(r.exp_name)
     problems += _option_problems({"run_id": r.run_id})
-    problems += path_problems({"work_home": r.work_home, "data_path": r.data_path, "tokenizer_path": r.tokenizer_path})
+    problems += path_problems(
+        {
+            "work_home": r.work_home,
+            "data_path": r.data_path,
+            "tokenizer_path": r.tokenizer_path,
+            **({"init_from": r.init_from} if r.init_from else {}),
+        }
+    )
     problems += data_prefix_problems(r.data_path)
     spec = cluster = None
     try:
@@ -229,6 +252,8 @@ def _checked(r: PlanRequest) -> _Checked:
     request = _dataclass_from(LayoutRequest, r.layout, problems, "layout")
     train_cfg = _dataclass_from(TrainingConfig, r.training or {}, problems, "training")
     spec, request, train_cfg = apply_recipe(spec, request, train_cfg, r.layout, r.training or {}, problems)
+    if r.init_from:
+        problems += _init_from_problems(r, spec)
     if r.printed_flops_convention not in FLOPS_CONVENTIONS:
         problems.append(
             f"printed_flops_convention {r.printed_flops_convention!r} must be one of {', '.join(FLOPS_CONVENTIONS)}"
@@ -438,12 +463,14 @@ def _plan_mapping(
     # the model, sequence length and precision name the experiment too: a checkpoint dir belongs to one model
     exp = r.exp_name or experiment_name(spec, lay)
     run_dir = f"{r.work_home.rstrip('/')}/runs/{exp}/{r.run_id}"
+    checkpoint_dir = f"{r.work_home.rstrip('/')}/checkpoints/{exp}"
     paths = RunPaths(
         data_path=r.data_path,
         tokenizer_model=tok_model,
         tokenizer_type=tok_type,
-        checkpoint_dir=f"{r.work_home.rstrip('/')}/checkpoints/{exp}",
+        checkpoint_dir=checkpoint_dir,
         tensorboard_dir=f"{run_dir}/tensorboard",
+        pretrained_checkpoint=init_checkpoint(checkpoint_dir) if r.init_from else "",
     )
     flops = flops_per_iteration(spec, lay.seq_length, lay.padded_vocab, lay.global_batch_size)
     plan: dict[str, Any] = {
@@ -518,6 +545,12 @@ def _plan_mapping(
         "peak_source": cluster.peak_source(request.precision),
         "printed_flops_convention": r.printed_flops_convention,
         "resume": None,
+        # a fresh start's weights: a Hugging Face directory, imported before the launch to init_checkpoint
+        **(
+            _init_from(r.init_from, spec, tokenizer_vocab(dataset) or spec.vocab_size, checkpoint_dir)
+            if r.init_from
+            else {}
+        ),
         "dataset": None
         if dataset is None
         else {
@@ -532,6 +565,23 @@ def _plan_mapping(
     }
     plan["summary"] = summary_lines(plan)
     return plan
+
+
+def init_checkpoint(checkpoint_dir: str) -> str:
+    """Where an experiment's imported weights go: beside its checkpoint directory, on the same (shared) storage,
+    outside the saves a resume scans."""
+    return f"{checkpoint_dir}.imported"
+
+
+def _init_from(source: str, spec: ModelSpec, vocab_size: int, checkpoint_dir: str) -> dict[str, Any]:
+    """The plan's fields for ``-e init_from``: the source, where it is imported, and the ``config.json`` fields the
+    source must have (the plan's model, with the tokenizer's vocabulary)."""
+    config = hf_llama.hf_config(spec, vocab_size)
+    return {
+        "init_from": source,
+        "init_checkpoint": init_checkpoint(checkpoint_dir),
+        "init_expect": {key: config[key] for key in hf_llama.COMPARED if key in config},
+    }
 
 
 def path_problems(paths: Mapping[str, Any]) -> list[str]:
@@ -629,6 +679,11 @@ def with_resume(plan: Mapping[str, Any], latest_iteration: int | None, moved_to:
     else:
         out["resume"] = None
         line = f"resume       none: a fresh start, checkpoints go to {plan['checkpoint_dir']}"
+        if plan.get("init_from"):
+            line = (
+                f"resume       none: a fresh start from the weights of {plan['init_from']} (imported to "
+                f"{plan['init_checkpoint']}), checkpoints go to {plan['checkpoint_dir']}"
+            )
         if moved_to:
             line += f" (fresh=true: the earlier ones were moved to {moved_to})"
     out["summary"] = [x for x in plan["summary"] if not x.startswith("resume ")] + [line]

@@ -155,6 +155,12 @@ class PlanRequest:
         converted=True,
     )
     manifest: Mapping[str, Any] | None = _option("dict", "The dataset's <data_path>.manifest.json.", default=None)
+    init_from: str | None = _option(
+        "str",
+        "A Hugging Face Llama directory inside the containers whose weights a fresh start begins from (imported "
+        "before the launch; docs/export.md); none: Megatron's own initialisation.",
+        default=None,
+    )
     tokenizer_path_given: bool = _option("bool", "Whether tokenizer_path was set by the user.", default=True)
     #: Not an option: what :meth:`from_options` could not convert, each naming the option as the user wrote it.
     problems: tuple[str, ...] = ()

@@ -26,7 +26,8 @@ difference is at most ``LOGIT_TOLERANCE`` times the logits' own largest magnitud
 to ``LOSS_TOLERANCE`` relative. Otherwise it names the largest difference and the first layer whose output differs
 beyond the tolerance. Megatron's model runs in
 eval mode, where dropout does nothing: its CUDA RNG tracker, which a CPU has not, is replaced by one that forks
-nothing, and ``torch.cuda.current_device()`` (where the rotary embedding puts its frequencies) answers the CPU.
+nothing; on a machine without CUDA, ``torch.cuda.current_device()`` (where the rotary embedding puts its
+frequencies) answers the CPU and ``torch.cuda.synchronize()`` (which Megatron's checkpoint writer calls) returns.
 
 It prints one JSON object on stdout (the result; ``error`` when it could not export, OUT then not written).
 """
@@ -52,6 +53,8 @@ from trainops.model import ModelSpec  # noqa: E402
 LOGIT_TOLERANCE = 1e-4
 #: The next-token losses agree to this, relative.
 LOSS_TOLERANCE = 1e-4
+#: The one-process group's rendezvous file, in the directory being written (removed before it is renamed).
+RENDEZVOUS = ".rendezvous"
 #: The tokenizer files a Hugging Face directory may hold.
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
@@ -116,7 +119,9 @@ def tokenizer_vocab(args, tokenizer: str | None) -> tuple[int, dict]:
         special = {k: v for k, v in (("bos_token_id", loaded.bos_token_id), ("eos_token_id", loaded.eos_token_id))
                    if v is not None}  # fmt: skip
         return len(loaded), special
-    if getattr(args, "vocab_size", None):  # NullTokenizer and the like: the size Megatron was given
+    if getattr(args, "tokenizer_type", None) == "NullTokenizer" and getattr(args, "vocab_size", None):
+        return int(args.vocab_size) + 1, {}  # Megatron's NullTokenizer adds its end-of-document token
+    if getattr(args, "vocab_size", None):  # the size Megatron was given
         return int(args.vocab_size), {}
     raise ExportError(
         "the save does not record its vocabulary size and no Hugging Face tokenizer directory was given "
@@ -230,11 +235,11 @@ def write_weights(save: str, out: str, spec: ModelSpec, padded: int, vocab_size:
             total += tensor.numel() * tensor.element_size()
         del tensors
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    _write_json(os.path.join(out, "model.safetensors.index.json"), index)
+    write_json(os.path.join(out, "model.safetensors.index.json"), index)
     return index
 
 
-def _write_json(path: str, value) -> None:
+def write_json(path: str, value) -> None:
     with open(path + ".tmp", "w") as handle:
         json.dump(value, handle, indent=2, sort_keys=True)
         handle.write("\n")
@@ -265,21 +270,26 @@ class _NoRngTracker:
         return True
 
 
-def megatron_model(args, save: str):
-    """Megatron's own ``GPTModel`` as the save's arguments describe it, at tp=1 pp=1 in float32 on the CPU, with
-    the save's weights (``dist_checkpointing`` reshards whatever layout wrote them)."""
+def megatron_model(args):
+    """Megatron's own ``GPTModel`` as ``args`` (the arguments a save recorded, or :func:`megatron_args` of a
+    ``config.json``) describe it, at tp=1 pp=1 in float32 on the CPU, with Megatron's local layer spec; its weights
+    are not initialised (they are loaded or set next)."""
     import torch
-    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.tensor_parallel import random as megatron_random
     from megatron.training.arguments import core_transformer_config_from_args
 
-    parallel_state.initialize_model_parallel(1, 1)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
     megatron_random._CUDA_RNG_STATE_TRACKER = _NoRngTracker()
     megatron_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
-    # RotaryEmbedding.forward moves its frequencies to torch.cuda.current_device(): here, the CPU
-    torch.cuda.current_device = lambda: "cpu"
+    if not torch.cuda.is_available():
+        # RotaryEmbedding.forward moves its frequencies to torch.cuda.current_device(): here, the CPU; Megatron's
+        # checkpoint writer waits for the card's queue (torch.cuda.synchronize) before it writes: none here
+        torch.cuda.current_device = lambda: "cpu"
+        torch.cuda.synchronize = lambda *args, **kwargs: None
     args = argparse.Namespace(**vars(args))
     for field, value in {
         "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
@@ -288,6 +298,7 @@ def megatron_model(args, save: str):
         "recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None,
         "gradient_accumulation_fusion": False, "transformer_impl": "local", "bias_swiglu_fusion": False,
         "bias_dropout_fusion": False, "masked_softmax_fusion": False, "apply_rope_fusion": False,
+        "no_persist_layer_norm": True, "bias_gelu_fusion": False, "fp8_param_gather": False,
         "persist_layer_norm": False, "cross_entropy_loss_fusion": False, "decoder_first_pipeline_num_layers": None,
         "decoder_last_pipeline_num_layers": None, "num_layers_per_virtual_pipeline_stage": None,
         "hidden_dropout": 0.0, "attention_dropout": 0.0,
@@ -295,18 +306,25 @@ def megatron_model(args, save: str):
         setattr(args, field, value)
     config = core_transformer_config_from_args(args)
     spec = get_gpt_layer_local_spec(normalization=args.normalization, qk_layernorm=args.qk_layernorm)
-    model = GPTModel(
+    return GPTModel(
         config, spec, vocab_size=args.padded_vocab_size, max_sequence_length=args.max_position_embeddings,
         share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
         position_embedding_type=args.position_embedding_type, rotary_percent=args.rotary_percent,
         rotary_base=args.rotary_base, rope_scaling=getattr(args, "use_rope_scaling", False),
         rope_scaling_factor=getattr(args, "rope_scaling_factor", 8.0),
     )  # fmt: skip
-    state = dist_checkpointing.load(model.sharded_state_dict(), save)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+
+
+def load_megatron(model, checkpoint: str):
+    """``model`` with the weights of a Megatron checkpoint directory (a save, or an import's ``release``), read by
+    Megatron's ``dist_checkpointing``, which reshards whatever layout wrote it."""
+    from megatron.core import dist_checkpointing
+
+    state = dist_checkpointing.load(model.sharded_state_dict(), checkpoint)
+    missing, _ = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("._extra_state")]
     if missing:
-        raise ExportError(f"Megatron's model found no weights in the save for {missing[:5]}")
+        raise ExportError(f"Megatron's model found no weights in {checkpoint} for {missing[:5]}")
     return model.eval()
 
 
@@ -337,8 +355,11 @@ def _next_token_loss(logits, labels) -> float:
                                                    labels.reshape(-1)))  # fmt: skip
 
 
-def parity(args, save: str, out: str, vocab_size: int, data_path: str | None, sequences: int, length: int) -> dict:
-    """Megatron's model from the save against ``transformers``' from the export, on the same tokens."""
+def parity(
+    args, checkpoint: str, hf_dir: str, vocab_size: int, data_path: str | None, sequences: int, length: int
+) -> dict:
+    """Megatron's model (``args``) loaded from ``checkpoint`` against ``transformers``' loaded from ``hf_dir``, on
+    the same tokens."""
     import torch
     from transformers import LlamaForCausalLM
 
@@ -348,7 +369,7 @@ def parity(args, save: str, out: str, vocab_size: int, data_path: str | None, se
     positions = torch.arange(length).unsqueeze(0).expand(sequences, -1)
     causal = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1).view(1, 1, length, length)
 
-    megatron = megatron_model(args, save)
+    megatron = load_megatron(megatron_model(args), checkpoint)
     megatron_layers: list = []
     hooks = [layer.register_forward_hook(lambda m, i, o: megatron_layers.append(o[0].detach().transpose(0, 1)))
              for layer in megatron.decoder.layers]  # fmt: skip
@@ -358,7 +379,7 @@ def parity(args, save: str, out: str, vocab_size: int, data_path: str | None, se
         hook.remove()
     del megatron
 
-    hf = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    hf = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
     hf_layers: list = []
     hooks = [layer.register_forward_hook(lambda m, i, o: hf_layers.append(o[0] if isinstance(o, tuple) else o))
              for layer in hf.model.layers]  # fmt: skip
@@ -404,7 +425,12 @@ def init_distributed(workdir: str) -> None:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method=f"file://{workdir}/.export-rendezvous", rank=0, world_size=1)
+        dist.init_process_group("gloo", init_method=f"file://{workdir}/{RENDEZVOUS}", rank=0, world_size=1)
+
+
+def remove_rendezvous(workdir: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(workdir, RENDEZVOUS))
 
 
 def export(options: argparse.Namespace) -> dict:
@@ -429,8 +455,8 @@ def export(options: argparse.Namespace) -> dict:
     dtype = "bfloat16" if args.bf16 else "float16" if args.fp16 else "float32"
     config = config_json(args, spec, vocab_size, dtype)
     config.update(special)
-    _write_json(os.path.join(partial, "config.json"), config)
-    _write_json(os.path.join(partial, "generation_config.json"), {"_from_model_config": True, **special})
+    write_json(os.path.join(partial, "config.json"), config)
+    write_json(os.path.join(partial, "generation_config.json"), {"_from_model_config": True, **special})
     index = write_weights(save, partial, spec, args.padded_vocab_size, vocab_size)
     tokenizer_files = copy_tokenizer(options.tokenizer, partial)
     written_s = round(time.monotonic() - started, 1)
@@ -455,9 +481,8 @@ def export(options: argparse.Namespace) -> dict:
         "seconds": round(time.monotonic() - started, 1),
         "peak_rss_mib": _peak_rss_mib(),
     }
-    _write_json(os.path.join(partial, "export.json"), record)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(partial, ".export-rendezvous"))
+    write_json(os.path.join(partial, "export.json"), record)
+    remove_rendezvous(partial)
     os.rename(partial, out)
     return {"out": out, **record}
 
