@@ -3,7 +3,8 @@ attention, SwiGLU, untied embeddings) trained at tp=2 pp=2 on the testbed's real
 verified save exported to a Hugging Face Llama directory on the master and fetched to the controller; the export
 checks itself against Megatron's own model on the run's own tokens; a save the ledger does not list is refused
 before any node is contacted; a real layout error in an export (the SwiGLU halves of one layer swapped) fails the
-same parity check and names that layer.
+same parity check and names that layer; the export goes back in (train.yml -e init_from) at tp=1 pp=2, imported
+and checked on the master, and that run's first loss is the exported model's on its first batch.
 
 Needs a stand-in image with a Megatron-LM tree (`make megatron-src`; .ci/run gives it the vendored tarball).
 """
@@ -21,13 +22,14 @@ from testbed import clean_experiment, has_megatron, in_container, latest_run, no
 pytestmark = pytest.mark.testbed
 
 EXP = "export-tp2pp2"
+REIMPORT = "export-reimport-tp1pp2"
 #: Megatron on the testbed's real dataset and tokenizer (the plan's defaults there), tp=2 pp=2 over the two nodes'
 #: four ranks; saves at 5 and 10, retention keeping only the newest (so the ledger lists 10 alone).
-TRAIN = (
-    "-e", "smoke=false", "-e", "model=tiny", "-e", "tp=2", "-e", "pp=2", "-e", "seq_length=128", "-e", "gbs=8",
-    "-e", "num_microbatches=none", "-e", "mbs=2", "-e", "train_iters=10", "-e", "keep_checkpoints=1",
-    "-e", json.dumps({"training": {"save_interval": 5, "eval_iters": 0}}), "-e", f"exp={EXP}",
+MEGATRON = (
+    "-e", "smoke=false", "-e", "model=tiny", "-e", "seq_length=128", "-e", "gbs=8", "-e", "num_microbatches=none",
+    "-e", "mbs=2", "-e", json.dumps({"training": {"save_interval": 5, "eval_iters": 0}}),
 )  # fmt: skip
+TRAIN = (*MEGATRON, "-e", "tp=2", "-e", "pp=2", "-e", "train_iters=10", "-e", "keep_checkpoints=1", "-e", f"exp={EXP}")
 SWAP_ONE_LAYERS_SWIGLU = """
 import json, shutil, sys
 from safetensors.torch import load_file, save_file
@@ -47,6 +49,52 @@ args = dist_checkpointing.load_common_state_dict(save)["args"]
 config = json.load(open(bad + "/config.json"))
 print(json.dumps(export_hf.parity(args, save, bad, config["vocab_size"], sys.argv[5], 4, 128)))
 """
+
+#: The loss the exported model gives the first global batch of a run, as Megatron computes it: the batch from the
+#: run's own sample indexes (Megatron's GPTDataset files in its data cache: shuffle, sample and document index, read
+#: as GPTDataset._query_document_sample_shuffle_indices does), the logits over the padded vocabulary with the
+#: padding rows' logits 0 (a load of fewer rows zero-fills them: allow_shape_mismatch), float32.
+FIRST_BATCH_LOSS = """
+import glob, json, sys
+import numpy, torch
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from transformers import LlamaForCausalLM
+hf_dir, data_path, cache, gbs, seq, padded = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:])
+(document,) = glob.glob(cache + "/*-GPTDataset-train-document_index.npy")
+load = lambda kind: numpy.load(document.replace("document_index", kind), allow_pickle=True, mmap_mode="r")
+documents, samples, shuffle = load("document_index"), load("sample_index"), load("shuffle_index")
+dataset = IndexedDataset(data_path)
+batch = []
+for index in shuffle[:gbs]:
+    (first, first_offset), (last, last_offset) = samples[index], samples[index + 1]
+    if first == last:
+        parts = [dataset.get(documents[first], offset=first_offset, length=last_offset - first_offset + 1)]
+    else:
+        parts = [dataset.get(documents[first], offset=first_offset)]
+        parts += [dataset.get(documents[i]) for i in range(first + 1, last)]
+        parts.append(dataset.get(documents[last], length=last_offset + 1))
+    text = numpy.concatenate(parts)
+    assert len(text) == seq + 1, (len(text), "a padded sample: the check reads whole ones only")
+    batch.append(torch.from_numpy(text.astype(numpy.int64)))
+text = torch.stack(batch)
+model = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
+with torch.no_grad():
+    logits = model(input_ids=text[:, :-1]).logits
+logits = torch.cat([logits, torch.zeros(*logits.shape[:2], padded - logits.shape[-1])], dim=-1)
+loss = torch.nn.functional.cross_entropy(logits.reshape(-1, padded).double(), text[:, 1:].reshape(-1))
+print(json.dumps({"loss": float(loss)}))
+"""
+
+
+def _in_master(script: str, *args: str) -> dict:
+    """A Python script in node1's training container (Megatron on its path), its last line as JSON."""
+    encoded = base64.b64encode(script.encode()).decode()
+    done = in_container(
+        "node1",
+        f"echo {encoded} | base64 -d > /tmp/check.py && PYTHONPATH=/home/Megatron-LM python3 -W ignore /tmp/check.py "
+        + " ".join(args) + "; rm -f /tmp/check.py",
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +143,8 @@ def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_a_swapped_s
     # the check is no formality: the SwiGLU halves of layer 2 swapped in a copy fail it, at layer 2
     save = f"{plan['checkpoint_dir']}/iter_0000010"
     programs = in_container("node1", "readlink -f /opt/mtt-train-ops/current").stdout.strip()
-    script = base64.b64encode(SWAP_ONE_LAYERS_SWIGLU.encode()).decode()
-    swapped = in_container(
-        "node1",
-        f"echo {script} | base64 -d > /tmp/swap.py && PYTHONPATH=/home/Megatron-LM python3 -W ignore /tmp/swap.py "
-        f"{programs} {node_dir} /tmp/swapped {save} /data/datasets/testbed_text_document; rm -rf /tmp/swap*",
-    )
-    parity = json.loads(swapped.stdout.strip().splitlines()[-1])
+    parity = _in_master(SWAP_ONE_LAYERS_SWIGLU, programs, node_dir, "/tmp/swapped", save, plan["data_path"])
+    in_container("node1", "rm -rf /tmp/swapped")
     assert not parity["passed"] and parity["first_differing_layer"] == 2, parity
     assert parity["largest_logit_difference"] > parity["logit_tolerance"]
 
@@ -109,3 +152,32 @@ def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_a_swapped_s
     again = playbook("playbooks/export.yml", "-e", f"run={run_dir}", "-e", f"export_dir={fetched}")
     assert again.returncode != 0 and f"-e export_dir={fetched} exists" in again.stdout
     assert not nodes_contacted(again.stdout)
+
+    # ... and goes back in: a run at another layout (tp=1 pp=2) starts from the export (-e init_from), imported and
+    # checked on the master, and its first loss is the exported model's on that batch. In float32 (-e
+    # precision=fp32, not the default bf16) so that Megatron's loss and transformers' agree to the last digits.
+    reimport = (*MEGATRON, "-e", "tp=1", "-e", "pp=2", "-e", "train_iters=2", "-e", "precision=fp32")
+    clean_experiment(REIMPORT)
+    in_container("node1", f"rm -rf /data/mtt-train-ops/checkpoints/{REIMPORT}.imported")
+    started = playbook("train.yml", *reimport, "-e", f"exp={REIMPORT}", "-e", f"init_from={node_dir}")
+    assert started.returncode == 0, started.stdout[-5000:]
+    imported = f"/data/mtt-train-ops/checkpoints/{REIMPORT}.imported"
+    assert f"init_from    {node_dir} imported to node1:{imported} (bfloat16, vocabulary {plan['vocab_size']})" in (
+        started.stdout
+    )
+    assert f"resume       none: a fresh start from the weights of {node_dir} (imported to {imported})" in started.stdout
+    # the same files again: the verified import is reused, not repeated
+    again = in_container("node1", f"PYTHONPATH=/home/Megatron-LM python3 -W ignore {programs}/trainops/node/"
+                                  f"import_hf.py --hf {node_dir} --out {imported} 2>/dev/null")  # fmt: skip
+    assert json.loads(again.stdout.strip().splitlines()[-1])["reused"]
+    reimport_run = latest_run(REIMPORT)
+    reimport_plan = json.loads((reimport_run / "plan" / "plan.json").read_text())
+    first = json.loads((reimport_run / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["iteration"] == 1
+    expected = _in_master(
+        FIRST_BATCH_LOSS, node_dir, plan["data_path"], f"{reimport_plan['checkpoint_dir']}/data-cache",
+        str(reimport_plan["global_batch_size"]), str(reimport_plan["seq_length"]),
+        str(reimport_plan["padded_vocab_size"]),
+    )  # fmt: skip
+    print(f"first loss {first['losses']['lm loss']}, the exported model's {expected['loss']}")  # for the record
+    assert abs(first["losses"]["lm loss"] - expected["loss"]) <= 1e-4 * expected["loss"], (first, expected)
