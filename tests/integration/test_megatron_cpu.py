@@ -6,12 +6,15 @@ One container of the stand-in image (`docker run`, no network) runs every check;
 (b) Each patch is needed: with it left out (MTT_CPU_PATCH_SKIP, test only), Megatron fails where the patch's
     table says, or, for the silent ones (the CUDA RNG, D3), trains to a different loss. These checks run on one
     rank wherever a point does not need TP or PP, with as few iterations as show the point.
+(c) A Llama's save exported to Hugging Face and imported again (issue 37) starts a run exactly where Megatron's own
+    load of the save does.
 The image must hold a Megatron-LM tree (make megatron-src); without one the module is skipped.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import subprocess
 import uuid
@@ -68,12 +71,12 @@ def container():
     _run("docker", "rm", "-f", name)
 
 
-def megatron(container: str, name: str, *, tp=1, pp=1, ranks=1, until=2, extra="", skip="", timeout=240):
+def megatron(container: str, name: str, *, tp=1, pp=1, ranks=1, until=2, extra="", skip="", timeout=240, model=MODEL):
     """torchrun of the patched pretrain_gpt.py in the container, checkpoints in /tmp/ckpt/<name>; returns
     (exit status, output, {iteration: lm loss})."""
     command = (
         f"MTT_CPU_PATCH_SKIP={skip} timeout {timeout - 10} torchrun --nproc-per-node {ranks} "
-        f"--master-port {next(_PORTS)} {PATCH} {MODEL} "
+        f"--master-port {next(_PORTS)} {PATCH} {model} "
         f"--tensor-model-parallel-size {tp} --pipeline-model-parallel-size {pp} --exit-interval {until} "
         f"--save /tmp/ckpt/{name} {extra} 2>&1"
     )
@@ -111,6 +114,53 @@ def test_tp2_pp2_trains_saves_and_resumes_to_the_same_loss(container):
     assert rc == 0 and "successfully loaded checkpoint from /tmp/ckpt/tp2pp2 [ t 1/2, p 1/2 ] at iteration 3" in out
     assert sorted(resumed) == [4, 5, 6], out[-4000:]
     assert _close(straight, resumed, [4, 5, 6]) < 1e-5, (straight, resumed)
+
+
+#: A Llama (grouped-query attention, SwiGLU, RMSNorm, RoPE, untied embeddings) in bf16 on mock data; its vocabulary
+#: (4,159 + the NullTokenizer's end-of-document token) needs no padding at tp=1 and 64 rows at tp=2.
+LLAMA = (
+    "--num-layers 4 --hidden-size 128 --ffn-hidden-size 352 --num-attention-heads 8 --group-query-attention "
+    "--num-query-groups 4 --seq-length 64 --max-position-embeddings 128 --position-embedding-type rope "
+    "--no-position-embedding --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights "
+    "--disable-bias-linear --vocab-size 4159 --make-vocab-size-divisible-by 64 --tokenizer-type NullTokenizer "
+    "--mock-data --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 1e-3 --min-lr 1e-4 "
+    "--lr-decay-style cosine --lr-warmup-iters 2 --seed 1234 --attention-dropout 0 --hidden-dropout 0 "
+    "--transformer-impl local --use-distributed-optimizer --ckpt-format torch_dist --distributed-backend gloo "
+    "--no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion "
+    "--no-rope-fusion --no-persist-layer-norm --log-interval 1 --eval-interval 1000 --eval-iters 0 "
+    "--save-interval 1000 --bf16"
+)
+
+
+def _node_program(container: str, program: str, *args: str) -> dict:
+    """One of the node package's programs (copied into the container) with Megatron on its path; its JSON line."""
+    done = subprocess.run(
+        ["docker", "exec", "-e", "PYTHONPATH=/home/Megatron-LM", container, "python3", "-W", "ignore",
+         f"/tmp/pkg/trainops/node/{program}", *args], capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.stdout.strip(), done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_llama_exported_and_imported_again_starts_exactly_where_megatrons_own_load_of_its_save_does(container):
+    """Issue 37's round trip, exact: a tp=2 pp=2 save exported to Hugging Face and imported again; at tp=1 pp=2, a run
+    from the import and a run Megatron starts from the save itself (--pretrained-checkpoint, its own resharding load)
+    print the same losses to the last digit."""
+    rc, out, _ = megatron(container, "llama-tp2pp2", model=LLAMA, tp=2, pp=2, ranks=4, until=6)
+    assert rc == 0 and "successfully saved checkpoint from iteration       6" in out, out[-3000:]
+    subprocess.run(["docker", "exec", container, "mkdir", "-p", "/tmp/pkg"], check=True)
+    subprocess.run(["docker", "cp", str(ROOT / "plugins/module_utils/trainops"), f"{container}:/tmp/pkg/"], check=True)
+    exported = _node_program(container, "export_hf.py", "--save", "/tmp/ckpt/llama-tp2pp2/iter_0000006",
+                             "--out", "/tmp/llama-hf")  # fmt: skip
+    assert exported["verified"] and (exported["vocab_size"], exported["padded_vocab_size"]) == (4160, 4224)
+    imported = _node_program(container, "import_hf.py", "--hf", "/tmp/llama-hf", "--out", "/tmp/llama-imported")
+    assert imported["verified"] and not imported["reused"], imported
+    losses = {}
+    for name, start in (("from-import", "/tmp/llama-imported"), ("from-save", "/tmp/ckpt/llama-tp2pp2")):
+        extra = f"--pretrained-checkpoint {start} --load /tmp/ckpt/{name}"
+        rc, out, losses[name] = megatron(container, name, model=LLAMA, tp=1, pp=2, ranks=2, until=2, extra=extra)
+        assert rc == 0 and f"attempting to finetune with checkpoint in {start}" in out, out[-3000:]
+    assert sorted(losses["from-save"]) == [1, 2] and losses["from-import"] == losses["from-save"], losses
 
 
 #: patch left out -> what its absence does on one rank (a traceback's text)
