@@ -487,23 +487,33 @@ def export(options: argparse.Namespace) -> dict:
     return {"out": out, **record}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--save", required=True, help="the save's directory (iter_NNNNNNN)")
-    parser.add_argument("--out", required=True, help="the Hugging Face directory to write (must not exist)")
-    parser.add_argument("--tokenizer", help="the run's tokenizer (a Hugging Face directory, or a file)")
+def add_parity_options(parser: argparse.ArgumentParser) -> None:
+    """The parity check's options (the export's and the import's)."""
     parser.add_argument("--data-path", help="the run's dataset prefix: the parity check's tokens")
     parser.add_argument("--sequences", type=int, default=4)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--no-parity", dest="parity", action="store_false")
-    options = parser.parse_args(argv)
+
+
+def run_and_print(work, options: argparse.Namespace) -> int:
+    """``work(options)``'s result as one JSON line; exit 0 (verified, or no check asked), 3 (the check failed) or 2
+    (refused: ``{"error": ...}``)."""
     try:
-        result = export(options)
+        result = work(options)
     except (ExportError, hf_llama.NotLlama) as exc:
         print(json.dumps({"error": str(exc)}))
         return 2
     print(json.dumps(result, sort_keys=True))
     return 0 if result["verified"] or not options.parity else 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--save", required=True, help="the save's directory (iter_NNNNNNN)")
+    parser.add_argument("--out", required=True, help="the Hugging Face directory to write (must not exist)")
+    parser.add_argument("--tokenizer", help="the run's tokenizer (a Hugging Face directory, or a file)")
+    add_parity_options(parser)
+    return run_and_print(export, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

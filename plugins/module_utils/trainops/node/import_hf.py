@@ -226,18 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf", required=True, help="the Hugging Face Llama directory")
     parser.add_argument("--out", required=True, help="the Megatron checkpoint directory to write")
     parser.add_argument("--expect", help="the run's model as config.json fields (JSON)")
-    parser.add_argument("--data-path", help="the run's dataset prefix: the parity check's tokens")
-    parser.add_argument("--sequences", type=int, default=4)
-    parser.add_argument("--length", type=int, default=128)
-    parser.add_argument("--no-parity", dest="parity", action="store_false")
-    options = parser.parse_args(argv)
-    try:
-        result = import_checkpoint(options)
-    except (ExportError, hf_llama.NotLlama) as exc:
-        print(json.dumps({"error": str(exc)}))
-        return 2
-    print(json.dumps(result, sort_keys=True))
-    return 0 if result["verified"] or not options.parity else 3
+    export_hf.add_parity_options(parser)
+    return export_hf.run_and_print(import_checkpoint, parser.parse_args(argv))
 
 
 if __name__ == "__main__":
