@@ -107,3 +107,6 @@ def test_init_from_imports_before_a_fresh_start_and_renders_the_pretrained_check
         make_plan(**common, init_from="/data/hf/x", smoke=True, data_path="mock")
     assert any("the smoke job does not load weights" in p for p in refused.value.problems)
     assert any("mock data has no tokenizer" in p for p in refused.value.problems)
+    with pytest.raises(PlanError) as refused:
+        make_plan(**common, init_from="/data/hf/x", training={"save_interval": 0})
+    assert any("training.save_interval is 0 (no checkpoints)" in p for p in refused.value.problems)

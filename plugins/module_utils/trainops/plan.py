@@ -205,9 +205,15 @@ class _Checked:
     dataset: dict[str, Any] | None
 
 
-def _init_from_problems(r: PlanRequest, spec: ModelSpec | None) -> list[str]:
-    """Why ``-e init_from`` cannot start this run: the smoke job, mock data, a model that is not a Llama."""
+def _init_from_problems(r: PlanRequest, spec: ModelSpec | None, training: TrainingConfig) -> list[str]:
+    """Why ``-e init_from`` cannot start this run: the smoke job, mock data, no checkpoints (Megatron loads the
+    weights through its checkpoint loading), a model that is not a Llama."""
     problems = []
+    if not training.save_interval:
+        problems.append(
+            f"-e init_from={r.init_from}: training.save_interval is 0 (no checkpoints), and Megatron loads the "
+            "imported weights as a checkpoint: give a save_interval"
+        )
     if r.smoke:
         problems.append(f"-e init_from={r.init_from}: the smoke job does not load weights; run Megatron (smoke=false)")
     if r.data_path == MOCK_DATA:
@@ -253,7 +259,7 @@ def _checked(r: PlanRequest) -> _Checked:
     train_cfg = _dataclass_from(TrainingConfig, r.training or {}, problems, "training")
     spec, request, train_cfg = apply_recipe(spec, request, train_cfg, r.layout, r.training or {}, problems)
     if r.init_from:
-        problems += _init_from_problems(r, spec)
+        problems += _init_from_problems(r, spec, train_cfg)
     if r.printed_flops_convention not in FLOPS_CONVENTIONS:
         problems.append(
             f"printed_flops_convention {r.printed_flops_convention!r} must be one of {', '.join(FLOPS_CONVENTIONS)}"

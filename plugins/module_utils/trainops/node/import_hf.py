@@ -186,7 +186,9 @@ def import_checkpoint(options: argparse.Namespace) -> dict:
     model = export_hf.megatron_model(args)
     with torch.no_grad():
         fill(model, source, config, spec)
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(config.get("torch_dtype"), torch.float32)
+    # the weights' dtype as the directory names it (transformers 5 writes "dtype", earlier ones "torch_dtype")
+    named = config.get("torch_dtype") or config.get("dtype")
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(named, torch.float32)
     model.to(dtype)
     # what Megatron's load_checkpoint reads of a torch_dist checkpoint besides the weights: its version, its
     # iteration, and of the arguments it was written with the layout and that it holds no RNG or optimizer state
