@@ -84,16 +84,16 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
     assert (run_dir / "node1" / "launch.out").exists()
     assert json.loads((run_dir / "summary.json").read_text())["last_iteration"] == 20
 
-    # The same experiment again: it resumes from the checkpoint of iteration 20 and trains 21..170, enough
+    # The same experiment again: it resumes from the checkpoint of iteration 20 and trains 21..130, enough
     # iterations for a straggler verdict (the first report left out, 101 needed): none on the untouched testbed
     # (test_watch.py throttles a node and asks for it).
-    second = playbook("train.yml", *SMALL, "-e", "train_iters=170", "-e", ODD_EXP)
+    second = playbook("train.yml", *SMALL, "-e", "train_iters=130", "-e", ODD_EXP)
     assert second.returncode == 0, second.stdout[-6000:]
     assert "resume       from iteration 20" in second.stdout
     resumed = json.loads((_latest_run(ODD) / "summary.json").read_text())
     metrics = [json.loads(line) for line in (_latest_run(ODD) / "metrics.jsonl").read_text().splitlines()]
-    assert [m["iteration"] for m in metrics] == list(range(21, 171)) and resumed["state"] == "finished"
-    assert resumed["straggler_reports"] == 150 and resumed["stragglers"] == [], resumed["stragglers"]
+    assert [m["iteration"] for m in metrics] == list(range(21, 131)) and resumed["state"] == "finished"
+    assert resumed["straggler_reports"] == 110 and resumed["stragglers"] == [], resumed["stragglers"]
     assert any(line.startswith("stragglers   none:") for line in resumed["table"]), resumed["table"]
 
     # fresh=true moves the checkpoints aside (nothing is deleted) and starts at iteration 1.
@@ -102,8 +102,8 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
     assert "fresh=true: the earlier ones were moved to" in fresh.stdout
     metrics = [json.loads(line) for line in (_latest_run(ODD) / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["iteration"] == 1
-    kept = in_container("node1", "ls -d /data/mtt-train-ops/checkpoints/*.before-*/iter_0000170").stdout
-    assert "iter_0000170" in kept
+    kept = in_container("node1", "ls -d /data/mtt-train-ops/checkpoints/*.before-*/iter_0000130").stdout
+    assert "iter_0000130" in kept
     _no_injection()
 
 
