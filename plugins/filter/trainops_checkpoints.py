@@ -37,4 +37,5 @@ class FilterModule:
             "trainops_export_room": export.controller_room,
             "trainops_export_text": export.result_text,
             "trainops_import_text": export.import_text,
+            "trainops_program_result": export.program_result,
         }

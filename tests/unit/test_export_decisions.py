@@ -110,3 +110,14 @@ def test_init_from_imports_before_a_fresh_start_and_renders_the_pretrained_check
     with pytest.raises(PlanError) as refused:
         make_plan(**common, init_from="/data/hf/x", training={"save_interval": 0})
     assert any("training.save_interval is 0 (no checkpoints)" in p for p in refused.value.problems)
+
+
+def test_a_node_programs_result_is_its_last_json_line_or_why_there_is_none():
+    printed = {"rc": 0, "stdout_lines": ["a warning", '{"verified": true}'], "stderr": ""}
+    assert export.program_result(printed, "export_hf.py") == {"verified": True}
+    crashed = {"rc": 1, "stdout_lines": [], "stderr": "Traceback ...\nRuntimeError: out of memory"}
+    assert export.program_result(crashed, "import_hf.py") == {
+        "error": "import_hf.py ended with 1: Traceback ...\nRuntimeError: out of memory"
+    }
+    unreachable = {"msg": "Failed to connect to the host via ssh"}
+    assert "ended with None: Failed to connect" in export.program_result(unreachable, "export_hf.py")["error"]

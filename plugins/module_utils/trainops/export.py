@@ -11,6 +11,7 @@ checkpoints are, and checks it against Megatron's model; ``-e export_dir=DIR`` f
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -97,6 +98,16 @@ def controller_room(export_dir: str, plan: Mapping[str, Any]) -> str:
             "on the node (leave out -e export_dir). Nothing was written."
         )
     return ""
+
+
+def program_result(run: Mapping[str, Any], program: str) -> dict[str, Any]:
+    """The result ``export_hf.py`` or ``import_hf.py`` printed (its last line, one JSON object), from the registered
+    ``docker exec``; ``{"error": ...}`` with its exit status and the end of its stderr when it printed none."""
+    lines = run.get("stdout_lines") or []
+    if lines and lines[-1].startswith("{"):
+        return json.loads(lines[-1])
+    said = str(run.get("stderr") or run.get("msg") or "")[-1500:]
+    return {"error": f"{program} ended with {run.get('rc')}: {said}"}
 
 
 def _parity_text(parity: Mapping[str, Any]) -> str:

@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from trainops import hf_llama  # noqa: E402
 from trainops.model import ModelSpec  # noqa: E402
+from trainops.records import write_json  # noqa: E402
 
 #: Logits agree when their largest difference is at most this share of their largest magnitude (float32 on both
 #: sides, the same weights: what is left is the order of the sums).
@@ -237,13 +238,6 @@ def write_weights(save: str, out: str, spec: ModelSpec, padded: int, vocab_size:
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     write_json(os.path.join(out, "model.safetensors.index.json"), index)
     return index
-
-
-def write_json(path: str, value) -> None:
-    with open(path + ".tmp", "w") as handle:
-        json.dump(value, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(path + ".tmp", path)
 
 
 def copy_tokenizer(tokenizer: str | None, out: str) -> list[str]:

@@ -26,6 +26,7 @@ is refused, naming each field, before anything is written. The parity check is t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from trainops import hf_llama  # noqa: E402
 from trainops.node import export_hf  # noqa: E402
 from trainops.node.export_hf import ExportError  # noqa: E402
+from trainops.records import write_json  # noqa: E402
 
 TRACKER = "latest_checkpointed_iteration.txt"
 
@@ -104,8 +106,7 @@ def megatron_args(config: dict):
 
 
 def fill(model, hf_dir: str, config: dict, spec) -> None:
-    """Every Megatron tensor of ``model`` from the Hugging Face weights (one safetensors file open at a time)."""
-    import torch
+    """Every Megatron tensor of ``model`` from the Hugging Face weights (each safetensors file opened once)."""
     from safetensors import safe_open
 
     index_path = os.path.join(hf_dir, "model.safetensors.index.json")
@@ -113,29 +114,39 @@ def fill(model, hf_dir: str, config: dict, spec) -> None:
         with open(index_path) as handle:
             weight_map = json.load(handle)["weight_map"]
     else:
-        weight_map = {}
         with safe_open(os.path.join(hf_dir, "model.safetensors"), "pt") as single:
             weight_map = dict.fromkeys(single.keys(), "model.safetensors")
     vocab = config["vocab_size"]
     state = model.state_dict()
-    for entry in hf_llama.tensors(spec, vocab, vocab, fused_norms=False):
-        parts = []
-        for name in entry.hf:
-            if name not in weight_map:
-                raise ExportError(f"{hf_dir} holds no {name} (a Llama of this config needs it)")
-            with safe_open(os.path.join(hf_dir, weight_map[name]), "pt") as handle:
-                parts.append(handle.get_tensor(name).float())
-        if entry.how == "qkv":
-            tensor = hf_llama.merge_qkv(*parts, spec.num_attention_heads, spec.query_groups, spec.head_dim,
-                                        lambda items, axis: torch.cat(items, dim=axis))  # fmt: skip
-        elif entry.how == "gate_up":
-            tensor = torch.cat(parts, dim=0)
-        else:
-            tensor = parts[0]
-        if tuple(tensor.shape) != tuple(state[entry.megatron].shape):
-            raise ExportError(f"{entry.hf[0]}: {tuple(tensor.shape)} does not fit Megatron's {entry.megatron} "
-                              f"{tuple(state[entry.megatron].shape)}")  # fmt: skip
-        state[entry.megatron].copy_(tensor)
+    with contextlib.ExitStack() as files:
+        opened: dict = {}
+        for entry in hf_llama.tensors(spec, vocab, vocab, fused_norms=False):
+            parts = []
+            for name in entry.hf:
+                if name not in weight_map:
+                    raise ExportError(f"{hf_dir} holds no {name} (a Llama of this config needs it)")
+                shard = weight_map[name]
+                if shard not in opened:
+                    opened[shard] = files.enter_context(safe_open(os.path.join(hf_dir, shard), "pt"))
+                parts.append(opened[shard].get_tensor(name).float())
+            state[entry.megatron].copy_(_megatron_tensor(entry, parts, spec, state[entry.megatron].shape))
+
+
+def _megatron_tensor(entry: hf_llama.Tensor, parts: list, spec, shape) -> object:
+    """One Megatron tensor from its Hugging Face parts (the inverse of the export's split)."""
+    import torch
+
+    if entry.how == "qkv":
+        tensor = hf_llama.merge_qkv(*parts, spec.num_attention_heads, spec.query_groups, spec.head_dim,
+                                    lambda items, axis: torch.cat(items, dim=axis))  # fmt: skip
+    elif entry.how == "gate_up":
+        tensor = torch.cat(parts, dim=0)
+    else:
+        tensor = parts[0]
+    if tuple(tensor.shape) != tuple(shape):
+        raise ExportError(f"{entry.hf[0]}: {tuple(tensor.shape)} does not fit Megatron's {entry.megatron} "
+                          f"{tuple(shape)}")  # fmt: skip
+    return tensor
 
 
 def fingerprint(hf_dir: str) -> str:
@@ -216,7 +227,7 @@ def import_checkpoint(options: argparse.Namespace) -> dict:
         "seconds": round(time.monotonic() - started, 1),
         "reused": False,
     }
-    export_hf.write_json(os.path.join(partial, "import.json"), record)
+    write_json(os.path.join(partial, "import.json"), record)
     export_hf.remove_rendezvous(partial)
     shutil.rmtree(out, ignore_errors=True)
     os.rename(partial, out)
