@@ -32,9 +32,7 @@ class FilterModule:
         return {
             "trainops_resume_choice": resume_choice,
             "trainops_earlier_run_refusal": identity.earlier_run_refusal,
-            "trainops_export_save": export.choose_save,
-            "trainops_export_node_dir": export.node_dir,
-            "trainops_export_room": export.controller_room,
+            "trainops_export_job": export.export_job,
             "trainops_export_text": export.result_text,
             "trainops_import_text": export.import_text,
             "trainops_program_result": export.program_result,

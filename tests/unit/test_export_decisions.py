@@ -121,3 +121,21 @@ def test_a_node_programs_result_is_its_last_json_line_or_why_there_is_none():
     }
     unreachable = {"msg": "Failed to connect to the host via ssh"}
     assert "ended with None: Failed to connect" in export.program_result(unreachable, "export_hf.py")["error"]
+
+
+def test_the_whole_decision_refuses_the_run_then_the_save_then_the_controllers_directory(tmp_path):
+    hosts = [{"name": "node1", "ansible_host": "10.0.0.1"}]
+    run = tmp_path / "runs" / "llama" / "r1"
+    (run / "plan").mkdir(parents=True)
+    plan = {**PLAN, "run_id": "r1", "master": "node1", "checkpoint_dir": "/data/mtt-train-ops/checkpoints/llama",
+            "nodes": [{"name": "node1", "addr": "10.0.0.1"}], "parameters": 1000}  # fmt: skip
+    assert "no plan/plan.json" in export.export_job(str(run), hosts)["problem"]
+    (run / "plan" / "plan.json").write_text(json.dumps(plan))
+    assert "checkpoint ledger" in export.export_job(str(run), hosts)["problem"]
+    (run / "checkpoints.json").write_text(json.dumps({"saves": [_save(10)]}))
+    assert "exists" in export.export_job(str(run), hosts, export_dir=str(tmp_path))["problem"]
+    job = export.export_job(str(run), hosts, export_dir=str(tmp_path / "hf"), parity=False)
+    assert job["problem"] == "" and job["save"] == "/data/mtt-train-ops/checkpoints/llama/iter_0000010"
+    assert job["out"] == "/data/mtt-train-ops/exports/llama/r1-iter_0000010" and job["parity"] is False
+    assert job["line"] == (f"export iter_0000010 (verified in the run's ledger) of {run} on node1, to {job['out']}, "
+                           f"fetched to {tmp_path / 'hf'}")  # fmt: skip

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import checkpoints, records
+from . import checkpoints, records, run_report
 
 #: Bytes per parameter of the exported weights by the run's precision: the model's own parameters, as saved
 #: (FP8 training keeps them in bf16).
@@ -65,6 +65,40 @@ def choose_save(run_dir: str, iteration: int | None = None, allow_unverified: bo
             "an export of it may hold a torn or partial model. Export a verified one (leave out -e iteration), or "
             "take this one anyway with -e export_unverified=true. Nothing was written.")}  # fmt: skip
     return {"save": save, "problem": ""}
+
+
+def export_job(
+    run_dir: str,
+    hosts: Sequence[Mapping[str, Any]],
+    iteration: int | None = None,
+    allow_unverified: bool = False,
+    export_path: str | None = None,
+    export_dir: str | None = None,
+    parity: bool = True,
+) -> dict[str, Any]:
+    """export.yml's whole decision on the controller: ``{"problem": ""}`` with the plan, the save's directory,
+    where the export goes on the master and on the controller, whether it is checked, and the line that says so;
+    or the first problem that refuses it (the run, the save, then the controller's directory). ``hosts``: the
+    inventory's nodes (:func:`trainops.run_report.report_run`)."""
+    run_dir = os.path.realpath(run_dir)
+    run = run_report.report_run(run_dir, hosts, "export.yml")
+    if run["problem"]:
+        return {"problem": run["problem"]}
+    choice = choose_save(run_dir, iteration, allow_unverified)
+    if choice["problem"]:
+        return {"problem": choice["problem"]}
+    plan, save = run["plan"], choice["save"]
+    fetch_to = os.path.realpath(export_dir) if export_dir else ""
+    room = controller_room(fetch_to, plan) if fetch_to else ""
+    if room:
+        return {"problem": room}
+    out = node_dir(plan, save, export_path)
+    line = (
+        f"export {save['name']} ({save['verdict']} in the run's ledger) of {run_dir} on {plan['master']}, to {out}"
+        + (f", fetched to {fetch_to}" if fetch_to else "")
+    )
+    return {"problem": "", "plan": plan, "save": f"{plan['checkpoint_dir']}/{save['name']}", "out": out,
+            "fetch_to": fetch_to, "parity": bool(parity), "line": line}  # fmt: skip
 
 
 def node_dir(plan: Mapping[str, Any], save: Mapping[str, Any], export_path: str | None = None) -> str:
