@@ -153,6 +153,14 @@ def test_a_llama_exported_and_imported_again_starts_exactly_where_megatrons_own_
     exported = _node_program(container, "export_hf.py", "--save", "/tmp/ckpt/llama-tp2pp2/iter_0000006",
                              "--out", "/tmp/llama-hf")  # fmt: skip
     assert exported["verified"] and (exported["vocab_size"], exported["padded_vocab_size"]) == (4160, 4224)
+    # what a user can get wrong is refused before anything is written, naming the cause
+    other = _node_program(container, "import_hf.py", "--hf", "/tmp/llama-hf", "--out", "/tmp/refused",
+                          "--expect", '{"hidden_size": 4096, "num_key_value_heads": 8}')  # fmt: skip
+    assert other["error"].startswith("/tmp/llama-hf is not the run's model: hidden_size is 128 in config.json, 4096")
+    assert "num_key_value_heads is 4 in config.json, 8 in the run's model" in other["error"]
+    missing = _node_program(container, "import_hf.py", "--hf", "/tmp/no-such-dir", "--out", "/tmp/refused")
+    assert "--hf must name a Hugging Face model directory" in missing["error"], missing
+    assert subprocess.run(["docker", "exec", container, "test", "-e", "/tmp/refused"]).returncode != 0
     imported = _node_program(container, "import_hf.py", "--hf", "/tmp/llama-hf", "--out", "/tmp/llama-imported")
     assert imported["verified"] and not imported["reused"], imported
     losses = {}
