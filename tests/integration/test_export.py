@@ -1,10 +1,11 @@
 """export.yml (issue 37) on the 2-node testbed with Megatron-LM's own pretrain_gpt.py: the tiny preset (grouped-query
-attention, SwiGLU, untied embeddings) trained at tp=2 pp=2 on the testbed's real dataset and tokenizer, its newest
-verified save exported to a Hugging Face Llama directory on the master and fetched to the controller; the export
-checks itself against Megatron's own model on the run's own tokens; a save the ledger does not list is refused
-before any node is contacted; a real layout error in an export (the SwiGLU halves of one layer swapped) fails the
-same parity check and names that layer; the export goes back in (train.yml -e init_from) at tp=1 pp=2, imported
-and checked on the master, and that run's first loss is the exported model's on its first batch.
+attention, SwiGLU, untied embeddings) trained at tp=2 pp=2 on the testbed's real dataset and tokenizer (the run
+test_megatron_train.py checks end to end: testbed.tp2_pp2_run), its newest verified save exported to a Hugging Face
+Llama directory on the master and fetched to the controller; the export checks itself against Megatron's own model on
+the run's own tokens; a save the ledger does not list is refused before any node is contacted; a real layout error in
+an export (the SwiGLU halves of one layer swapped) fails the same parity check and names that layer; the export goes
+back in (train.yml -e init_from) at tp=1 pp=2, imported and checked on the master, and that run's first loss is the
+exported model's on its first batch.
 
 Needs a stand-in image with a Megatron-LM tree (`make megatron-src`; .ci/run gives it the vendored tarball).
 """
@@ -17,19 +18,26 @@ import re
 
 import pytest
 
-from testbed import clean_experiment, has_megatron, in_container, latest_run, nodes_contacted, playbook
+from testbed import (
+    TP2_PP2_EXP,
+    clean_experiment,
+    has_megatron,
+    in_container,
+    latest_run,
+    nodes_contacted,
+    playbook,
+    tp2_pp2_run,
+)
 
 pytestmark = pytest.mark.testbed
 
-EXP = "export-tp2pp2"
+EXP = TP2_PP2_EXP
 REIMPORT = "export-reimport-tp1pp2"
-#: Megatron on the testbed's real dataset and tokenizer (the plan's defaults there), tp=2 pp=2 over the two nodes'
-#: four ranks; saves at 5 and 10, retention keeping only the newest (so the ledger lists 10 alone).
+#: Megatron on the testbed's real dataset and tokenizer (the plan's defaults there), for the import's run.
 MEGATRON = (
     "-e", "smoke=false", "-e", "model=tiny", "-e", "seq_length=128", "-e", "gbs=8", "-e", "num_microbatches=none",
     "-e", "mbs=2", "-e", json.dumps({"training": {"save_interval": 5, "eval_iters": 0}}),
 )  # fmt: skip
-TRAIN = (*MEGATRON, "-e", "tp=2", "-e", "pp=2", "-e", "train_iters=10", "-e", "keep_checkpoints=1", "-e", f"exp={EXP}")
 SWAP_ONE_LAYERS_SWIGLU = """
 import json, shutil, sys
 from safetensors.torch import load_file, save_file
@@ -104,10 +112,8 @@ def megatron(provisioned):
 
 
 def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_a_swapped_swiglu_is_caught(megatron, tmp_path):
-    clean_experiment(EXP)
-    trained = playbook("train.yml", *TRAIN)
+    trained, run_dir = tp2_pp2_run()  # saves at 5, 10 and 15; retention keeps the newest two
     assert trained.returncode == 0, trained.stdout[-5000:]
-    run_dir = latest_run(EXP)
     plan = json.loads((run_dir / "plan" / "plan.json").read_text())
     assert (plan["tp"], plan["pp"], plan["data_path"]) == (2, 2, "/data/datasets/testbed_text_document")
 
@@ -119,8 +125,8 @@ def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_a_swapped_s
     fetched = tmp_path / "llama"
     done = playbook("playbooks/export.yml", "-e", f"run={run_dir}", "-e", f"export_dir={fetched}")
     assert done.returncode == 0, done.stdout[-5000:]
-    node_dir = f"/data/mtt-train-ops/exports/{EXP}/{run_dir.name}-iter_0000010"
-    assert f"export iter_0000010 (verified in the run's ledger) of {run_dir} on node1, to {node_dir}" in done.stdout
+    node_dir = f"/data/mtt-train-ops/exports/{EXP}/{run_dir.name}-iter_0000015"
+    assert f"export iter_0000015 (verified in the run's ledger) of {run_dir} on node1, to {node_dir}" in done.stdout
     assert re.search(r"verified: Megatron's model and transformers' LlamaForCausalLM on 4 sequences of 128 tokens "
                      r"\(/data/datasets/testbed_text_document\)", done.stdout), done.stdout[-3000:]  # fmt: skip
 
@@ -136,12 +142,12 @@ def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_a_swapped_s
     assert len(index["weight_map"]) == 4 * 9 + 3 and "lm_head.weight" in index["weight_map"]
     assert sorted(set(index["weight_map"].values())) == [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
     record = json.loads((fetched / "export.json").read_text())
-    assert record["verified"] and record["iteration"] == 10 and record["parity"]["passed"]
+    assert record["verified"] and record["iteration"] == 15 and record["parity"]["passed"]
     assert record["parity"]["loss_relative_difference"] <= 1e-4
     assert record["parity"]["largest_logit_difference"] <= record["parity"]["logit_tolerance"]
 
     # the check is no formality: the SwiGLU halves of layer 2 swapped in a copy fail it, at layer 2
-    save = f"{plan['checkpoint_dir']}/iter_0000010"
+    save = f"{plan['checkpoint_dir']}/iter_0000015"
     programs = in_container("node1", "readlink -f /opt/mtt-train-ops/current").stdout.strip()
     parity = _in_master(SWAP_ONE_LAYERS_SWIGLU, programs, node_dir, "/tmp/swapped", save, plan["data_path"])
     in_container("node1", "rm -rf /tmp/swapped")

@@ -24,6 +24,7 @@ from testbed import (
     BIN,
     INVENTORY,
     ROOT,
+    TP2_PP2,
     clean_experiment,
     docker,
     env,
@@ -35,6 +36,7 @@ from testbed import (
     nodes_contacted,
     playbook,
     rank_pid,
+    tp2_pp2_run,
     wait_for_checkpoint,
     wait_for_iterations,
 )
@@ -74,15 +76,13 @@ def tp1_pp2_dp2_run(megatron) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(("tp", "pp", "dp"), [(2, 2, 1), (1, 2, 2)])
 def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron, request, tp, pp, dp):
+    """tp2 pp2: the session's run on the testbed's real dataset (testbed.tp2_pp2_run, which test_export.py exports),
+    15 iterations; tp1 pp2 dp2: this module's run on mock data, 30 iterations in fp32. Both keep the newest two
+    saves (keep_checkpoints=2)."""
     exp = f"megatron-tp{tp}pp{pp}"
     keep = dp == 2
-    iters = 30 if keep else 10
-    if keep:
-        first = request.getfixturevalue("tp1_pp2_dp2_run")
-    else:
-        clean_experiment(exp)
-        first = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", f"train_iters={iters}",
-                         "-e", f"exp={exp}", *MEGATRON, *EVALS)  # fmt: skip
+    iters = 30 if keep else 15
+    first = request.getfixturevalue("tp1_pp2_dp2_run") if keep else tp2_pp2_run()[0]
     assert first.returncode == 0, first.stdout[-6000:]
     # each save Megatron reported is scanned on the master and judged against .metadata's file list and byte ranges
     for iteration in range(5, iters + 1, 5):
@@ -90,12 +90,9 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
             first.stdout
         )
     left = in_container("node1", f"ls /data/mtt-train-ops/checkpoints/{exp}").stdout.split()
-    if keep:
-        for iteration in (5, 10, 15, 20):
-            assert f"checkpoint   removed iteration {iteration} (keep_checkpoints=2)" in first.stdout, first.stdout
-        assert sorted(d for d in left if d.startswith("iter_")) == ["iter_0000025", "iter_0000030"], left
-    else:
-        assert {"iter_0000005", "iter_0000010"} <= set(left)
+    for iteration in range(5, iters - 5, 5):
+        assert f"checkpoint   removed iteration {iteration} (keep_checkpoints=2)" in first.stdout, first.stdout
+    assert sorted(d for d in left if d.startswith("iter_")) == [f"iter_{iters - 5:07d}", f"iter_{iters:07d}"], left
     assert "job          Megatron-LM pretrain_gpt.py" in first.stdout
     assert f"layout       tp={tp} pp={pp} cp=1 vpp=- dp={dp}" in first.stdout
     progress = rf"iteration {iters}/{iters} \(100%\) \| lm loss [\d.]+ \| [\d,]+ ms/it"
@@ -151,20 +148,19 @@ def test_train_runs_megatron_end_to_end_and_reports_from_its_own_lines(megatron,
     # a shard of the newest save cut short (a node that died mid-write, a full disk), and a tracker that names a save
     # that is not there (a tracker moved before its save was durable): the next run names both, sets the cut save
     # aside and resumes from the verified save before it, and Megatron loads that one and trains on to the end
-    in_container("node1", f"truncate -s 1000 {directory}/iter_0000010/__0_0.distcp")
-    in_container("node1", f"echo 15 > {directory}/latest_checkpointed_iteration.txt")
-    again = playbook("train.yml", "-e", f"tp={tp}", "-e", f"pp={pp}", "-e", "train_iters=10", "-e", f"exp={exp}",
-                     *MEGATRON, *EVALS)  # fmt: skip
+    in_container("node1", f"truncate -s 1000 {directory}/iter_0000015/__0_0.distcp")
+    in_container("node1", f"echo 20 > {directory}/latest_checkpointed_iteration.txt")
+    again = playbook("train.yml", *TP2_PP2)
     assert again.returncode == 0, again.stdout[-6000:]
-    assert re.search(r"checkpoint   iteration 10 set aside \(not resumed from\): __0_0.distcp is truncated: "
+    assert re.search(r"checkpoint   iteration 15 set aside \(not resumed from\): __0_0.distcp is truncated: "
                      r"1,000 of the [\d,]+ bytes .metadata names", again.stdout), again.stdout  # fmt: skip
-    assert "checkpoint   the tracker names iteration 15, which is not there (no iter_0000015/)" in again.stdout
-    assert "resume       from iteration 5 in" in again.stdout
+    assert "checkpoint   the tracker names iteration 20, which is not there (no iter_0000020/)" in again.stdout
+    assert "resume       from iteration 10 in" in again.stdout
     resumed = json.loads((latest_run(exp) / "summary.json").read_text())
-    assert [m["iteration"] for m in resumed["checkpoints"]["loaded"]] == [5], resumed["checkpoints"]
-    assert resumed["state"] == "finished" and resumed["last_iteration"] == 10
+    assert [m["iteration"] for m in resumed["checkpoints"]["loaded"]] == [10], resumed["checkpoints"]
+    assert resumed["state"] == "finished" and resumed["last_iteration"] == 15
     aside = in_container("node1", f"ls {directory}/set-aside").stdout.split()
-    assert aside == [f"iter_0000010.{latest_run(exp).name}"], aside
+    assert aside == [f"iter_0000015.{latest_run(exp).name}"], aside
     no_rank_left()
 
 

@@ -129,8 +129,8 @@ def test_a_stopped_node_is_named_and_nothing_changes(converged):
     finally:
         docker("start", "mtt-node-2")
         _wait_for_ssh("172.30.0.12")
-    healed = playbook("provision.yml")
-    assert healed.returncode == 0, healed.stdout[-4000:]
+    # node2 back: the next provision.yml that is meant to pass (test_a_taken_sshd_port_is_named's) heals it, and the
+    # module's own closing provision.yml after that
 
 
 def test_a_wrong_image_is_named_and_the_other_node_untouched(converged, tmp_path):

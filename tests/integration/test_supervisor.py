@@ -4,7 +4,7 @@ is not a fault of the run.
 
 The faults are real, one after the other in one run: every SSH packet from this machine (the controller) to the
 nodes answered with a TCP reset by iptables for 20 s (what a laptop that changes network, or a VPN that reconnects,
-does to open connections), then dropped for 60 s (a cut link); then train.yml killed with SIGKILL, then the
+does to open connections), then dropped for 30 s (a cut link); then train.yml killed with SIGKILL, then the
 supervisor killed with SIGKILL; then a terminal that follows (status.yml -e follow=true) killed with SIGKILL just as a
 rank is killed, so that the recovery runs with no controller; then stop.yml, which asks the supervisor, while a
 follower collects and reports the run's end. Before the supervisor, the reset alone made train.yml call the master
@@ -116,10 +116,10 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         assert again and again.start() > lost, output[-5000:]
         # the ranks trained on through the reset, watched on the cluster: progress after contact came back
         wait_for(lambda: iterations(log.read_text()[again.end() :]), "progress after the reset", job, log)
-        # then a cut: every packet dropped for 60 s (SSH waits it out, or the follower tries again)
+        # then a cut: every packet dropped for 30 s (SSH waits it out, or the follower tries again)
         cut_at = len(log.read_text())
         with controller_ssh(["DROP"]):
-            time.sleep(60)
+            time.sleep(30)
         wait_for(lambda: iterations(log.read_text()[cut_at:]), "progress after the cut", job, log)
         # then the controller killed: the supervisor watches on, the ranks train on
         kill_controller(job)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -200,3 +201,26 @@ def inventory_copy(tmp_path: Path, **host_vars: dict) -> Path:
     for host, values in host_vars.items():
         (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
     return inventory
+
+
+#: Megatron-LM's pretrain_gpt.py on the testbed's real dataset and tokenizer (the plan's defaults there): the tiny
+#: preset (grouped-query attention, SwiGLU, untied embeddings) at tp=2 pp=2 over the two nodes' four ranks, 15
+#: iterations, validation (2 batches) and a save every 5, retention keeping the newest two (iteration 5 removed).
+TP2_PP2_EXP = "megatron-tp2pp2"
+TP2_PP2 = (
+    "-e", "smoke=false", "-e", "model=tiny", "-e", "seq_length=128", "-e", "gbs=8", "-e", "mbs=2",
+    "-e", "num_microbatches=none",  # the inventory's 2 is the smoke job's: the global batch is given here
+    "-e", "progress_interval=2", "-e", "tp=2", "-e", "pp=2", "-e", "train_iters=15", "-e", "keep_checkpoints=2",
+    "-e", json.dumps({"training": {"save_interval": 5, "eval_interval": 5, "eval_iters": 2}}),
+    "-e", f"exp={TP2_PP2_EXP}",
+)  # fmt: skip
+
+
+@functools.cache
+def tp2_pp2_run() -> tuple[subprocess.CompletedProcess, Path]:
+    """The tp=2 pp=2 run, once per session, and its run directory on the controller: test_export.py exports its
+    newest verified save, test_megatron_train.py checks the run end to end and then damages its newest save (the
+    export reads the save the run's own ledger names, whichever test comes first)."""
+    clean_experiment(TP2_PP2_EXP)
+    result = playbook("train.yml", *TP2_PP2)
+    return result, latest_run(TP2_PP2_EXP) if result.returncode == 0 else ROOT / "runs" / TP2_PP2_EXP
