@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -202,24 +203,37 @@ def test_a_resume_into_a_checkpoint_dir_of_another_configuration_is_refused_befo
 def test_a_stopped_megatron_rank_is_named_and_its_peers_wait_for_it(megatron):
     exp = "megatron-hang"
     clean_experiment(exp)
-    # no checkpoints: the stop lands in a training step (a save's collectives are a case of their own)
-    no_saves = ("-e", json.dumps({"training": {"save_interval": 0, "eval_iters": 0}}))
+    # no checkpoints: the stop lands in a training step (a save's collectives are a case of their own). The default
+    # on_hang (the run ends); hang_timeout 15 s in place of the testbed inventory's 30 s, which would only wait longer:
+    # a progress line comes every 2 iterations of a few hundred milliseconds each, and no save or evaluation pauses it.
+    no_saves = ("-e", json.dumps({"training": {"save_interval": 0, "eval_iters": 0}}), "-e", "hang_timeout=15")
     job = _train("-e", "tp=2", "-e", "pp=2", "-e", "train_iters=100000", "-e", f"exp={exp}", *no_saves)
     try:
         wait_for_iterations(exp, count=3, timeout=240)
         in_container("node2", f"kill -STOP {rank_pid('node2', exp, 2)}")
+        stopped = time.monotonic()
         output, _ = job.communicate(timeout=600)
+        took = time.monotonic() - stopped
     finally:
         job.kill()
     assert job.returncode != 0, output[-4000:]
+    # generous: the bound catches a run left to the job's own 10-minute timeout, not a slow machine
+    assert took < 15 + 120, f"{took:.0f} s from SIGSTOP to the end of train.yml"
     failure = re.search(rf"Run {exp}/\S+ failed: (.*)", output)
     assert failure, output[-5000:]
     assert failure.group(1).startswith("node2 rank 2 (local rank 0): hung: state T: stopped by a signal")
     run_dir = latest_run(exp)
     evidence = {int(p.stem.split("-")[1]): p.read_text() for p in (run_dir / "hang").glob("node*/rank-*.txt")}
     assert sorted(evidence) == [0, 1, 2, 3]
-    assert "verdict     CULPRIT: state T" in evidence[2]
+    assert "verdict     CULPRIT: state T" in evidence[2] and "wchan       do_signal_stop" in evidence[2]
     assert all("verdict     not suspected" in evidence[rank] for rank in (0, 1, 3))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    finding = summary["hang"]
+    assert finding["confidence"] == "high" and 15 <= finding["seconds_since_progress"] < 15 + 30, finding
+    (culprit,) = finding["culprits"]
+    assert (culprit["node"], culprit["rank"], culprit["local_rank"], culprit["state"]) == ("node2", 2, 0, "T")
+    assert summary["failure"]["kind"] == "hang" and summary["failure"]["node"] == "node2"
+    assert json.loads((run_dir / "hang" / "diagnosis.json").read_text())["culprits"] == finding["culprits"]
     # the peers are real Megatron ranks, caught where they wait for the stopped one: in a torch.distributed
     # collective or the pipeline's send/receive (seen: rank 3, its tensor-parallel peer, in the broadcast of the
     # batch; rank 1 in the TP all-reduce of its backward step; rank 0 waiting in the 1F1B schedule for stage 1)

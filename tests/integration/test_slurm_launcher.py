@@ -63,8 +63,9 @@ def provisioned(provisioned_once):
     """Provisioned, idle, and Slurm's queue empty of this bundle's jobs."""
     if unfit():
         assert playbook("provision.yml").returncode == 0
-    stop = playbook("stop.yml", *SLURM)
-    assert stop.returncode == 0, stop.stdout[-3000:]
+    if unfit() or _bundle_jobs():  # a rank or a job of this bundle left by an earlier module
+        stop = playbook("stop.yml", *SLURM)
+        assert stop.returncode == 0, stop.stdout[-3000:]
     # a node restarted by an earlier module (test_restarts stops node2) registers again on its own
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -75,15 +76,27 @@ def provisioned(provisioned_once):
     raise AssertionError(f"Slurm's nodes are not idle: {idle}")
 
 
-def test_a_run_through_slurm_matches_the_ssh_run_and_sacct_says_completed(provisioned):
+def test_a_run_through_slurm_waits_behind_another_allocation_then_matches_the_ssh_run(provisioned):
     plan = ("-e", "fresh=true", "-e", "train_iters=60")
     by_ssh = playbook("train.yml", "-e", "exp=slurm-same", *plan)
     assert by_ssh.returncode == 0, by_ssh.stdout[-4000:]
     ssh_summary = json.loads((latest_run("slurm-same") / "summary.json").read_text())
 
-    by_slurm = playbook("train.yml", "-e", "exp=slurm-same", *plan, *SLURM)
+    # another allocation holds both nodes when ours is submitted: ours shows PENDING and its reason, then runs
+    holder = _login("sbatch --parsable --nodes=2 --exclusive --job-name=holder --wrap 'sleep 25'").stdout.strip()
+    try:
+        by_slurm = playbook("train.yml", "-e", "exp=slurm-same", *plan, *SLURM)
+    finally:
+        _login(f"scancel {holder}", check=False)
     assert by_slurm.returncode == 0, by_slurm.stdout[-6000:]
     job_id = _job_id(by_slurm.stdout)
+    assert re.search(rf"node1: job {job_id} PENDING \(Resources\), waited \d+ s", by_slurm.stdout), by_slurm.stdout
+    assert re.search(rf"node1: job {job_id} RUNNING on node\[1-2\], waited \d+ s", by_slurm.stdout)
+    # Slurm's own clock, not ours: the job started only once the holder had given the nodes back
+    # (ISO timestamps of one clock compare as strings)
+    assert _sacct(holder) == "COMPLETED"
+    holder_end, our_start = _sacct(holder, "End"), _sacct(job_id, "Start")
+    assert our_start >= holder_end, f"job {job_id} started at {our_start}, before the holder ended at {holder_end}"
     run_dir = latest_run("slurm-same")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert _sacct(job_id) == "COMPLETED"
@@ -112,23 +125,6 @@ def test_the_run_is_planned_again_on_the_nodes_slurm_gave_the_first_one_the_mast
     assert plan_json["master"] == "node2" and plan_json["master_addr"] == "172.30.0.12"
     assert [(n["name"], n["node_rank"]) for n in plan_json["nodes"]] == [("node2", 0)]
     assert json.loads((latest_run("slurm-replan") / "summary.json").read_text())["slurm"]["state"] == "COMPLETED"
-
-
-def test_a_job_queued_behind_another_allocation_shows_pending_and_its_reason_then_runs(provisioned):
-    holder = _login("sbatch --parsable --nodes=2 --exclusive --job-name=holder --wrap 'sleep 25'").stdout.strip()
-    try:
-        result = playbook("train.yml", "-e", "exp=slurm-queued", "-e", "fresh=true", *SLURM)
-    finally:
-        _login(f"scancel {holder}", check=False)
-    assert result.returncode == 0, result.stdout[-6000:]
-    assert re.search(r"node1: job \d+ PENDING \(Resources\), waited \d+ s", result.stdout), result.stdout[-6000:]
-    assert re.search(r"node1: job \d+ RUNNING on node\[1-2\], waited (\d+) s", result.stdout)
-    ours = _job_id(result.stdout)
-    assert _sacct(holder) == "COMPLETED" and _sacct(ours) == "COMPLETED"
-    # Slurm's own clock, not ours: the job started only once the holder had given the nodes back
-    # (ISO timestamps of one clock compare as strings)
-    holder_end, our_start = _sacct(holder, "End"), _sacct(ours, "Start")
-    assert our_start >= holder_end, f"job {ours} started at {our_start}, before the holder ended at {holder_end}"
 
 
 def test_a_rank_killed_mid_run_is_named_and_slurms_state_reported(provisioned):

@@ -30,9 +30,11 @@ from testbed import no_rank_left as _no_rank_left
 pytestmark = pytest.mark.testbed
 
 #: The hang tests' own -e hang_timeout: the smoke job prints an iteration every few hundredths of a second, and its
-#: ranks start in a few seconds, so 15 s without one is a hang (the testbed inventory's 30 s would cost each test
-#: 15 s more of waiting).
-HANG_TIMEOUT = 15
+#: ranks start in a few seconds, so 10 s without one is a hang (the testbed inventory's 30 s would cost each test
+#: 20 s more of waiting); it stays above the watcher's 5 s poll, and the stall is measured from the log's last write,
+#: not from the probe. A SIGSTOPped rank under the default on_hang (the run ends, the culprit named by its state) is
+#: test_megatron_train.py's, on Megatron's own ranks.
+HANG_TIMEOUT = 10
 HANG_LIMIT = ("-e", f"hang_timeout={HANG_TIMEOUT}")
 
 
@@ -58,40 +60,14 @@ def _run_with_fault(exp: str, inject: Callable[[], object]) -> tuple[str, int, f
         job.kill()
 
 
-def test_a_rank_frozen_on_a_worker_is_named_stopped_within_the_hang_timeout(provisioned):
-    exp = "hang-stopped"
-    output, returncode, took = _run_with_fault(
-        exp, lambda: in_container("node2", f"kill -STOP {rank_pid('node2', exp, 2)}")
-    )
-    assert returncode != 0, output[-4000:]
-    # generous: the bound catches a run left to the job's own 10-minute timeout, not a slow machine
-    assert took < HANG_TIMEOUT + 90, f"{took:.0f} s from SIGSTOP to the end of train.yml"
-    failure = re.search(r"Run hang-stopped/\S+ failed: (.*)", output)
-    assert failure, output[-5000:]
-    assert failure.group(1).startswith("node2 rank 2 (local rank 0): hung: state T: stopped by a signal")
-    run_dir = latest_run(exp)
-    evidence = _evidence(run_dir)
-    assert sorted(evidence) == [0, 1, 2, 3]
-    assert all("Thread " in text and "smoke_train.py" in text for text in evidence.values()), evidence
-    assert "verdict     CULPRIT: state T" in evidence[2] and "wchan       do_signal_stop" in evidence[2]
-    assert all("verdict     not suspected" in evidence[rank] for rank in (0, 1, 3))
-    summary = json.loads((run_dir / "summary.json").read_text())
-    finding = summary["hang"]
-    assert finding["confidence"] == "high" and finding["last_iteration"] >= 3
-    assert HANG_TIMEOUT <= finding["seconds_since_progress"] < HANG_TIMEOUT + 15
-    (culprit,) = finding["culprits"]
-    assert (culprit["node"], culprit["rank"], culprit["local_rank"], culprit["state"]) == ("node2", 2, 0, "T")
-    assert summary["failure"]["kind"] == "hang" and summary["failure"]["node"] == "node2"
-    assert json.loads((run_dir / "hang" / "diagnosis.json").read_text())["culprits"] == finding["culprits"]
-    _no_rank_left()
-
-
 def test_the_rank_outside_the_collective_is_the_odd_one_out(provisioned):
     exp = "hang-drill"
     # the smoke job's fault drill: rank 1 (node1) stops at its next iteration, outside any collective
     drill = f"d=$(ls -d /data/mtt-train-ops/runs/{exp}/*/); mkdir -p $d/drill && touch $d/drill/hang-rank-1"
-    output, returncode, _ = _run_with_fault(exp, lambda: in_container("node1", drill))
+    output, returncode, took = _run_with_fault(exp, lambda: in_container("node1", drill))
     assert returncode != 0, output[-4000:]
+    # generous: the bound catches a run left to the job's own 10-minute timeout, not a slow machine
+    assert took < HANG_TIMEOUT + 90, f"{took:.0f} s from the drill to the end of train.yml"
     failure = re.search(r"Run hang-drill/\S+ failed: (.*)", output)
     assert failure, output[-5000:]
     assert failure.group(1).startswith(
@@ -99,14 +75,20 @@ def test_the_rank_outside_the_collective_is_the_odd_one_out(provisioned):
     ), failure.group(1)
     assert "while 3 rank(s) wait in barrier" in failure.group(1)
     run_dir = latest_run(exp)
-    finding = json.loads((run_dir / "summary.json").read_text())["hang"]
-    assert finding["confidence"] == "medium"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    finding = summary["hang"]
+    assert finding["confidence"] == "medium" and finding["last_iteration"] >= 3
+    assert HANG_TIMEOUT <= finding["seconds_since_progress"] < HANG_TIMEOUT + 15
+    assert summary["failure"]["kind"] == "hang" and summary["failure"]["node"] == "node1"
+    assert json.loads((run_dir / "hang" / "diagnosis.json").read_text())["culprits"] == finding["culprits"]
     assert finding["groups"][0] == {
         "collective": "barrier",
         "ranks": [0, 2, 3],
         "signature": "waits in barrier from main (smoke_train.py)",
     }
     evidence = _evidence(run_dir)
+    assert sorted(evidence) == [0, 1, 2, 3]
+    assert all("Thread " in text and "smoke_train.py" in text for text in evidence.values()), evidence
     for rank in (0, 2, 3):  # the peers are shown waiting in the collective
         assert re.search(r"^    barrier \(torch/distributed/distributed_c10d\.py:\d+\)$", evidence[rank], re.M)
     assert "hold_for_drill (trainops/node/smoke_train.py:" in evidence[1] and "state       S (sleeping)" in evidence[1]
