@@ -19,6 +19,7 @@ from trainops import identity as identity_core  # noqa: E402
 from trainops import incidents as incidents_core  # noqa: E402
 from trainops import invocation as invocation_core  # noqa: E402
 from trainops import outcome as outcome_core  # noqa: E402
+from trainops import provenance as provenance_core  # noqa: E402
 from trainops import run_record as run_record_core  # noqa: E402
 from trainops import run_report as run_report_core  # noqa: E402
 from trainops import watch as watch_core  # noqa: E402
@@ -138,6 +139,12 @@ def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]], playbook: str =
     return run_report_core.report_run(run_dir, hosts, playbook)
 
 
+def provenance(stacks: Mapping[str, Any], project_dir: str, node_package: str, launch_env: Mapping) -> dict:
+    """The run's provenance for its record (trainops.provenance.record): ``stacks``, node -> its software stack;
+    the bundle's version read from the checkout at ``project_dir`` now, at the launch."""
+    return provenance_core.record(provenance_core.bundle_version(project_dir), node_package, stacks, launch_env)
+
+
 class FilterModule:
     """mtt-train-ops filters: a run's watch options and the texts of its outcome."""
 
@@ -159,4 +166,5 @@ class FilterModule:
             "trainops_run_record": run_record,
             "trainops_new_run_id": identity_core.new_run_id,
             "trainops_claim_run_dir": identity_core.claim_run_dir,
+            "trainops_provenance": provenance,
         }

@@ -4,9 +4,11 @@ node is test_restarts.py's). Marked `testbed`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
+import subprocess
 import time
 
 import pytest
@@ -63,6 +65,20 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
     assert (run_dir / "throughput.png").stat().st_size > 0
     for node in ("node1", "node2"):
         assert (run_dir / node / "launch.out").exists() and (run_dir / node / "exit.rc").read_text().strip() == "0"
+    # what ran (issue 36 item 7), recorded before the launch: this checkout's commit, each node's image as its engine
+    # names it and its stack, the launch environment; the report adds the hash of the plan.json it launched with
+    ran = summary["provenance"]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert ran["bundle"]["commit"] == head.strip() and len(ran["node_package"]) == 12, ran
+    for node in ("node1", "node2"):
+        image = in_node(node, "docker inspect -f '{{.Image}}' train").stdout.strip()
+        assert ran["nodes"][node]["image"] == image and ran["nodes"][node]["python"].startswith("3."), ran
+    assert ran["launch_env"] == {"OMP_NUM_THREADS": "1"}  # the cpu profile's
+    assert ran["plan_sha256"] == hashlib.sha256((run_dir / "plan" / "plan.json").read_bytes()).hexdigest()
+    assert json.loads((run_dir / "run.json").read_text())["provenance"] == {
+        k: v for k, v in ran.items() if k != "plan_sha256"
+    }
+    assert f"provenance   bundle commit {head[:12]}" in first.stdout, first.stdout
     _no_injection()
 
     # A run id names one run: -e run_id of this run is refused on the controller, from its own records, before any

@@ -34,6 +34,7 @@ KEYS = {
     "checked_master": "the master of the plan the checks before the launch ran on",
     "manifest": "the dataset's manifest as the master read it (a re-plan plans with it again)",
     "resume": "the last resume choice on the master (trainops.checkpoints: resume, saves, adopt, refused)",
+    "provenance": "what the run runs: the bundle's version, each node's image and stack, the launch environment",
 }
 
 

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import records, recovery, straggler
+from . import provenance, records, recovery, run_record, straggler
 from .cluster import node_address, node_ranks, ranks_of
 from .megatron_log import _SECONDARY, MegatronLog, _primary_failure, parse_path, summarize
 
@@ -498,6 +498,18 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _provenance(root: str, warnings: list[str]) -> dict[str, Any] | None:
+    """The provenance the run recorded before its launch (run.json), with the hash of its plan/plan.json."""
+    try:
+        recorded = run_record.read(root).get("provenance")
+    except records.RecordError as exc:
+        warnings.append(str(exc))
+        return None
+    if not recorded:
+        return None
+    return dict(recorded, plan_sha256=provenance.file_digest(os.path.join(root, "plan", "plan.json")))
+
+
 def write_report(
     root: str,
     plan: Mapping[str, Any],
@@ -539,6 +551,7 @@ def write_report(
     summary["nodes_collected"] = node_dirs
     summary["nodes_missing"] = missing
     attempts, unread = recovery.read_attempts(root)
+    summary["provenance"] = _provenance(root, warnings)
     summary["warnings"] = warnings + unread
     step = (summary.get("step_time_ms") or {}).get("median")
     summary["attempts"] = attempts
@@ -547,6 +560,7 @@ def write_report(
     records.write_jsonl(os.path.join(root, "memory.jsonl"), [_finite(r) for r in log.memory])
     summary["plots"] = plot(root, log.iterations, plan, log.stragglers, summary["stragglers"], straggler_ratio)
     table = summary_table(summary) + recovery.attempts_table(attempts, summary["recovery"])
+    table[1:1] = provenance.lines(summary["provenance"])  # after the run's line: what ran
     if summary["nodes_missing"]:
         table.append(f"missing      no logs from {', '.join(summary['nodes_missing'])} (not collected)")
     table += [f"warning      {w}" for w in summary["warnings"]]
