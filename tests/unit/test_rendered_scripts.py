@@ -230,3 +230,34 @@ def test_on_node_runs_here_for_the_supervisors_node_and_for_the_one_a_move_names
     (tmp_path / "supervisor-here").write_text("node1")
     assert run("node1").stdout == "here\n" and run("node3").returncode == 255
     assert run("node9").returncode == 2
+
+
+def test_the_probe_takes_a_pid_file_caught_mid_write_for_a_launch_not_started_yet(tmp_path):
+    """A pid file read while its launch writes it is empty (seen: a loaded testbed's watcher called the master's
+    launch killed 0.4 s after the fan-out started it). launch.sh writes it whole (a new file renamed into place); the
+    probe takes an empty one for "waiting", and a group that is really gone for "stopped"."""
+    plan = make_plan(model=load_preset("tiny"), hosts=[dict(HOSTS[0], accelerator="cpu")],
+                     layout={"seq_length": 128, "gbs": 8, "precision": "bf16", "train_iters": 10}, run_id="r1",
+                     smoke=True)  # fmt: skip
+    plan["run_dir"] = str(tmp_path)
+    names = ("probe.sh", "launch.sh")
+    templates = {name: (ROOT / "templates" / f"{name}.j2").read_text() for name in names}
+    env = environment(templates)
+    variables = {"render_plan": plan, "render_container_ssh_port": 2222, "render_ssh_key": "k",
+                 "render_known_hosts": "h", "render_backend": load_profile(str(ROOT / "backends"), "cpu"),
+                 "render_node_programs": "/p", "node": plan["nodes"][0]}  # fmt: skip
+    (tmp_path / "probe.sh").write_text(env.get_template("probe.sh").render(variables))
+    launch = env.get_template("launch.sh").render(variables)
+    assert 'printf \'%s\\n\' "$$" > "${pid_file}.new" && mv -f -- "${pid_file}.new" "${pid_file}"' in launch
+    (tmp_path / "pids").mkdir()
+    pid_file = tmp_path / "pids" / f"{plan['master']}.pid"
+
+    def state() -> list[str]:
+        out = subprocess.run(["bash", str(tmp_path / "probe.sh")], capture_output=True, text=True, timeout=30).stdout
+        return next(line.split("\t")[2:] for line in out.splitlines() if line.startswith("node\t"))
+
+    pid_file.write_text("")
+    assert state() == ["waiting", "-"]
+    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()
+    pid_file.write_text(gone + "\n")
+    assert state() == ["stopped", gone]
