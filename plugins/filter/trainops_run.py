@@ -139,9 +139,10 @@ def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]], playbook: str =
     return run_report_core.report_run(run_dir, hosts, playbook)
 
 
-def provenance(stacks: Mapping[str, Any], project_dir: str, node_package: str, launch_env: Mapping) -> dict:
-    """The run's provenance for its record (trainops.provenance.record): ``stacks``, node -> its software stack;
-    the bundle's version read from the checkout at ``project_dir`` now, at the launch."""
+def provenance(hosts: Sequence[Mapping[str, Any]], project_dir: str, node_package: str, launch_env: Mapping) -> dict:
+    """The run's provenance for its record (trainops.provenance.record) from the nodes' hostvars that hold their
+    ``train_stack``; the bundle's version read from the checkout at ``project_dir`` now, at the launch."""
+    stacks = {str(h["inventory_hostname"]): h["train_stack"] for h in hosts if "train_stack" in h}
     return provenance_core.record(provenance_core.bundle_version(project_dir), node_package, stacks, launch_env)
 
 

@@ -231,3 +231,13 @@ def test_status_names_the_node_each_runs_supervisor_is_asked_on_and_one_that_did
     assert "watched  by nobody that answers: its supervisor's node node3 did not answer (" in text
     assert "No route to host" in text and "the ranks go on unwatched" in text
     assert "watched  by its supervisor (pid 7 in node1's container since" in text
+
+
+def test_provenance_takes_the_stacks_of_the_nodes_that_hold_one(tmp_path):
+    """trainops_provenance over the nodes' hostvars: a node without ``train_stack`` (left out, ended) is not a node
+    of the record; the bundle outside a git checkout says so."""
+    stack = {"image": "sha256:" + "ab" * 32, "python": "3.11.2"}
+    hosts = [{"inventory_hostname": "node1", "train_stack": stack}, {"inventory_hostname": "node2"}]
+    found = FILTERS["trainops_provenance"](hosts, str(tmp_path), "ae69124582e7", {"OMP_NUM_THREADS": "1"})
+    assert list(found["nodes"]) == ["node1"] and found["nodes"]["node1"]["image"] == stack["image"]
+    assert found["bundle"]["commit"] is None and found["launch_env"] == {"OMP_NUM_THREADS": "1"}
