@@ -33,14 +33,19 @@ demo-slurm: testbed-up
 plan: setup
 	$(BIN)/ansible-playbook -i inventory/example playbooks/plan.yml -e tp=1 -e pp=2 -e recommend=true
 
+## The tests that need no testbed run on every core (pytest-xdist, at most 4 workers): they drive playbooks on the
+## controller only and share nothing; the testbed's run one at a time, in order, against the one testbed.
+PARALLEL ?= -n auto --maxprocesses 4
+
 ## Everything CI runs: lint, every test (the testbed ones bring the testbed up), then the molecule scenario.
 test: setup lint
-	$(BIN)/pytest -q --durations=25 tests
+	$(BIN)/pytest -q -m "not testbed" $(PARALLEL) --durations=10 tests
+	$(BIN)/pytest -q -m testbed --durations=25 tests
 	$(BIN)/molecule test
 
 ## Unit tests and controller-only playbook tests (no testbed).
 test-fast: setup
-	$(BIN)/pytest -q -m "not testbed" tests
+	$(BIN)/pytest -q -m "not testbed" $(PARALLEL) tests
 
 ## The local testbed: N node containers with their own dockerd and sshd (root; installs docker.io, debootstrap).
 TESTBED_NODES ?= 2
