@@ -292,6 +292,48 @@ def test_a_stall_asks_for_a_diagnosis_and_prints_the_culprit_at_once(plan, tmp_p
         assert not watcher.wants_diagnosis  # the next warning only after another full limit
 
 
+def test_a_later_less_confident_diagnosis_leaves_the_runs_finding_and_its_evidence_alone(plan, tmp_path):
+    """on_hang=warn diagnoses a stall again after every further limit. The stopped rank continued as the second look
+    came (every rank back in its all-reduce: low confidence, no culprit): that look is said and counted, but the
+    run's finding, and the evidence on disk, stay the first, which named the rank; an equally confident later look
+    takes its place."""
+    watcher = Watcher(_request(plan, hang_timeout="30", on_hang="warn", evidence_dir=str(tmp_path)), started=0.0)
+    line = LOG.splitlines()[0] + "\n"
+    offset = len(line.encode())
+    stopped = {
+        "node1": [(0, "S", WAIT_STACK), (1, "S", WAIT_STACK)],
+        "node2": [(2, "T", STOPPED_STACK), (3, "S", WAIT_STACK)],
+    }
+    waiting = {
+        "node1": [(0, "S", WAIT_STACK), (1, "S", WAIT_STACK)],
+        "node2": [(2, "S", WAIT_STACK), (3, "S", WAIT_STACK)],
+    }
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", line), now=5.0)
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", start=offset), now=36.0)
+    watcher.on_diagnosis({"rc": 0, "stdout": _diagnosis(stopped)}, now=37.0)
+    first = json.loads((tmp_path / "hang" / "diagnosis.json").read_text())
+    assert first["confidence"] == "high" and first["culprits"][0]["rank"] == 2
+
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", start=offset), now=68.0)
+    assert watcher.wants_diagnosis
+    printed = watcher.on_diagnosis({"rc": 0, "stdout": _diagnosis(waiting)}, now=69.0)
+    assert "low confidence" in printed[0] and "which stays the run's finding" in printed[-1], printed
+    assert f"diagnosis of {first['detected_at']} (high confidence: node2 rank 2" in printed[-1], printed[-1]
+    hang = watcher.result(69.0)["hang"]
+    assert (hang["confidence"], hang["culprits"][0]["rank"], hang["diagnoses"]) == ("high", 2, 2), hang
+    assert [later["confidence"] for later in hang["less_confident_later"]] == ["low"]
+    assert json.loads((tmp_path / "hang" / "diagnosis.json").read_text()) == first
+    assert "state T" in (tmp_path / "hang" / "node2" / "rank-2.txt").read_text()
+
+    # a third look as confident as the first (the rank stopped again) is the run's finding now, with its evidence
+    watcher.on_probe(_probe("node1=running:1 node2=running:2", start=offset), now=100.0)
+    printed = watcher.on_diagnosis({"rc": 0, "stdout": _diagnosis(stopped)}, now=101.0)
+    assert printed[-1] == f"  evidence: {tmp_path / 'hang'}"
+    hang = watcher.result(101.0)["hang"]
+    assert (hang["confidence"], hang["diagnoses"], hang["seconds_since_progress"]) == ("high", 3, 31.0), hang
+    assert json.loads((tmp_path / "hang" / "diagnosis.json").read_text())["diagnoses"] == 3
+
+
 def test_every_rank_exited_while_torchrun_lives_is_its_teardown_not_a_hang(plan, tmp_path):
     """Seen on a busy testbed node: the last iteration printed, every rank exited, and torchrun still in its exit
     barrier past the hang limit. No rank is stuck: the attempt's outcome is torchrun's exit, not a hang."""

@@ -109,6 +109,10 @@ RECENT_REPORTS = 2 * straggler.MIN_REPORTS
 #: Seconds between probes once the run's end is near (its last iteration seen, or a node's launch exited), so
 #: that train.yml returns within about a second of the run's end, not up to a whole poll_interval after it.
 ENDING_POLL_S = 1.0
+#: A stall's diagnoses by confidence: a run's finding is its most confident diagnosis (the latest of equals).
+CONFIDENCE = {"low": 0, "medium": 1, "high": 2}
+#: How many later, less confident diagnoses a finding lists (on_hang=warn diagnoses again after every limit).
+LATER_KEPT = 5
 
 
 def _arg(kind: str, doc: str, default: Any = MISSING, choices: tuple[str, ...] = (), option: str = "") -> Any:
@@ -560,17 +564,34 @@ class Watcher:
             hang_timeout_s=round(limit, 1),
             saving_checkpoint=progress.saving,
         )
-        if self.request.evidence_dir:
-            finding["evidence"] = write_evidence(self.request.evidence_dir, finding)
-        self.finding = finding
+        earlier = self.finding
+        kept = earlier is None or CONFIDENCE[finding["confidence"]] >= CONFIDENCE[earlier["confidence"]]
+        if kept:
+            finding["diagnoses"] = (earlier or {}).get("diagnoses", 0) + 1
+            finding["less_confident_later"] = []
+            if self.request.evidence_dir:
+                finding["evidence"] = write_evidence(self.request.evidence_dir, finding)
+            self.finding = finding
+        else:
+            # on_hang=warn looks again after every further limit: a later look that names less (the stopped rank
+            # continued meanwhile, every rank back in its collective) is said and counted, but the run's finding,
+            # and its evidence, stay the earlier, more confident one
+            earlier["diagnoses"] += 1
+            later = {k: finding[k] for k in ("detected_at", "confidence", "finding", "last_iteration")}
+            earlier["less_confident_later"] = [*earlier["less_confident_later"], later][-LATER_KEPT:]
         summary = hang.summary_text(finding, self._stalled, (progress.last or {}).get("iteration"))
         stopping = self.request.on_hang == "stop"
         then = "the run is stopped" if stopping else "on_hang=warn: watching goes on"
         # display(), not warning(), in the caller: Ansible holds a task's warnings until the task ends
         printed = [f"[WARNING] {self.label}: {summary} ({then})"]
         printed += [f"  culprit {hang.culprit_text(line)}" for line in finding["culprits"]]
-        if finding.get("evidence"):
+        if kept and finding.get("evidence"):
             printed.append(f"  evidence: {finding['evidence']}")
+        elif not kept:
+            printed.append(
+                f"  less confident than the diagnosis of {earlier['detected_at']} ({earlier['confidence']} confidence:"
+                f" {earlier['finding']}), which stays the run's finding"
+            )
         if stopping:
             culprit = (finding["culprits"] or [{}])[0]
             self.outcome = _failed("hang", culprit.get("node") or plan["master"], summary)
