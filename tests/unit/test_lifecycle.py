@@ -157,6 +157,25 @@ def test_a_stop_asked_between_two_attempts_launches_no_next_one(cluster):
     assert not [argv for _, argv in calls if argv[-1].endswith("fanout.sh")]
 
 
+def test_a_stop_asked_before_the_first_fan_out_starts_no_rank_and_ends_the_run_stopped(cluster):
+    """stop.yml in the seconds between train.yml starting the supervisor and its first launch: the fan-out is not
+    run, the attempt ends stopped on the master, and the steps after it launch nothing."""
+    life, run_dir, said, _, calls = cluster
+    life.request = dict(life.request, launched="")
+    (run_dir / "fanout.sh").write_text("echo started >> fanout.runs\n")
+    life.stopping = lambda: {"asked_at": 2.0, "grace": 7}
+    view = life.launch()
+    assert (view["number"], view["outcome"]["state"], view["outcome"]["kind"]) == (1, "failed", "stopped"), view
+    assert "before attempt 1's launch" in view["outcome"]["reason"] and view["outcome"]["node"] == "node1"
+    assert (
+        said[-1] == "supervisor: stop.yml asked the run's supervisor to stop the run before attempt 1's launch: "
+        "no rank is started"
+    )
+    assert life.step() == "after"
+    assert life.after_attempt()["next"] == "end" and life.step() == "done"
+    assert not [argv for _, argv in calls if argv[-1].endswith("fanout.sh")] and not (run_dir / "fanout.runs").exists()
+
+
 def test_a_node_the_master_cannot_reach_is_lost_and_without_elastic_the_run_ends_naming_it(cluster):
     life, _, said, unreachable, calls = cluster
     unreachable.add("node2")

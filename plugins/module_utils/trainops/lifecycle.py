@@ -167,6 +167,15 @@ class Lifecycle:
             self.say(f"supervisor: attempt {current['number']}'s fan-out was run by a supervisor that ended before "
                      "it returned; it is not run again (the watch finds whether every node started)")  # fmt: skip
             return self.attempts.launched({"rc": 0, "stdout": "run by an earlier supervisor", "stderr": ""})
+        if self.stopping():
+            # stop.yml asked before this attempt's fan-out ran (in the seconds between train.yml starting the
+            # supervisor and its first launch): no rank is started; the attempt ends stopped, and the steps after
+            # it find nothing left on the nodes
+            reason = f"stop.yml asked the run's supervisor to stop the run before attempt {current['number']}'s launch"
+            self.say(f"supervisor: {reason}: no rank is started")
+            self.attempts.launched({"rc": 0, "stdout": "", "stderr": "", "not_run": STOPPED})
+            stopped = {"state": "failed", "kind": "stopped", "node": plan["master"], "reason": f"{reason} ({STOPPED})"}
+            return self.attempts.end(self.attempts.current["fanout"], stopped, time.time())
         self.attempts.launching()
         fanout = self.on_node(plan["master"], ["bash", f"{plan['run_dir']}/fanout.sh"])
         fanout = {k: fanout.get(k) for k in ("rc", "stdout", "stderr", "msg") if fanout.get(k) is not None}
