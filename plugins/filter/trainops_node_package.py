@@ -20,7 +20,10 @@ def package_dir(project_dir: str) -> str:
 def package(project_dir: str) -> dict[str, object]:
     """``{version, root, keep, programs}`` of the node package of the checkout at ``project_dir`` (``programs``:
     their directory in the container)."""
-    version = node_package.version(package_dir(project_dir))
+    try:
+        version = node_package.version(package_dir(project_dir))
+    except node_package.MissingLibrary as exc:
+        raise AnsibleFilterError(str(exc)) from exc
     return {
         "version": version,
         "root": node_package.ROOT,
@@ -33,7 +36,7 @@ def archive(project_dir: str, version: str | None = None) -> str:
     """The package's archive, refused when its files no longer hash to ``version`` (pinned by inputs.yml)."""
     try:
         return node_package.archive(package_dir(project_dir), version)
-    except node_package.PackageChanged as exc:
+    except (node_package.PackageChanged, node_package.MissingLibrary) as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
 

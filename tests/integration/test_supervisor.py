@@ -5,11 +5,12 @@ is not a fault of the run.
 The faults are real, one after the other in one run: every SSH packet from this machine (the controller) to the
 nodes answered with a TCP reset by iptables for 20 s (what a laptop that changes network, or a VPN that reconnects,
 does to open connections), then dropped for 30 s (a cut link); then train.yml killed with SIGKILL, then the
-supervisor killed with SIGKILL; then a terminal that follows (status.yml -e follow=true) killed with SIGKILL just as a
-rank is killed, so that the recovery runs with no controller; then stop.yml, which asks the supervisor, while a
-follower collects and reports the run's end. Before the supervisor, the reset alone made train.yml call the master
-lost, end a healthy run ``failed`` and record ``lost`` incidents against both nodes while their ranks trained on
-unwatched.
+supervisor killed with SIGKILL; then a terminal that follows (status.yml -e follow=true) killed with SIGKILL just as
+a rank is killed, so that the recovery runs with no controller; then stop.yml, which asks the supervisor, while a
+follower collects and reports the run's end. With the controller gone, the supervisor's metrics endpoint (the
+default -e metrics_port) serves the run's progress, then its restart. Before the supervisor, the reset alone made
+train.yml call the master lost, end a healthy run ``failed`` and record ``lost`` incidents against both nodes while
+their ranks trained on unwatched.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import re
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from testbed import BIN, INVENTORY, ROOT, clean_experiment, env, in_container, latest_run, playbook, train_in_background
 
@@ -76,6 +79,13 @@ def wait_for(predicate, what: str, job: subprocess.Popen | None, log, timeout: f
         assert job is None or job.poll() is None, log.read_text()[-4000:]
         assert time.monotonic() < deadline, f"no {what} within {timeout} s: {log.read_text()[-4000:]}"
         time.sleep(1)
+
+
+def scrape(node_address: str = "172.30.0.11", port: int = 9465) -> dict[str, list]:
+    """The run supervisor's metrics endpoint (default -e metrics_port) on the master's address, read with
+    prometheus-client's parser: family name -> its samples."""
+    text = urllib.request.urlopen(f"http://{node_address}:{port}/metrics", timeout=10).read().decode()
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
 def follow_in_background(output: Path) -> subprocess.Popen:
@@ -134,6 +144,17 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         assert not (ROOT / "runs" / "incidents.jsonl").exists() or not (ROOT / "runs" / "incidents.jsonl").read_text()
         first = in_container("node1", f"cat {supervisor}/pid").stdout.strip()
         assert in_container("node1", f"test -d /proc/{first}", check=False).returncode == 0
+        # with the controller gone, the supervisor's metrics endpoint (the default port) serves the run as it goes
+        served = scrape()
+        iteration = served["trainops_iteration"][0]
+        assert iteration.labels["exp"] == exp and iteration.value >= max(after), served["trainops_iteration"]
+        assert served["trainops_iterations_planned"][0].value == 100000
+        assert [s.labels["state"] for s in served["trainops_run_state"] if s.value == 1] == ["running"]
+        assert served["trainops_attempt"][0].value == 1 and served["trainops_restarts"][0].value == 0
+        assert served["trainops_lm_loss"][0].value > 0 and served["trainops_step_seconds"][0].value > 0
+        # each scrape serves what the last probe saw (every poll_interval, 5 s): a later one, a later iteration
+        wait_for(lambda: scrape()["trainops_iteration"][0].value > iteration.value, "a later scrape's progress",
+                 None, log, 30)  # fmt: skip
         # the supervisor killed: the ranks go on; the next status.yml starts it again and follows it from here
         in_container("node1", f"kill -KILL {first}")
         wait_for(lambda: in_container("node1", f"test -d /proc/{first}", check=False).returncode != 0, "death",
@@ -167,6 +188,9 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         wait_for(lambda: json.loads(in_container("node1", f"cat {state}").stdout)["current"]["number"] == 2,
                  "attempt 2", None, log, 240)  # fmt: skip
         wait_for(lambda: rank_is_running("node2"), "attempt 2's ranks", None, log, 120)
+        # the restart, in the metrics of the supervisor that made it
+        served = scrape()
+        assert served["trainops_attempt"][0].value == 2 and served["trainops_restarts"][0].value == 1, served
         later = playbook("playbooks/status.yml", timeout=300).stdout
         assert re.search(rf"watched  by its supervisor \(pid {taken.group(1)} in node1's container since .*\), "
                          r"attempt 2 ", later), later[-3000:]  # fmt: skip

@@ -51,6 +51,9 @@ def test_the_package_holds_the_core_and_every_node_program_and_no_cache(tmp_path
                     "node_facts", "package_install"):  # fmt: skip
         assert f"trainops/node/{program}.py" in names
     assert not [name for name in names if "__pycache__" in name or not name.endswith(".py")]
+    # the libraries the node programs import, whatever the training image has: the supervisor's metrics
+    assert "prometheus_client/__init__.py" in names and "prometheus_client/exposition.py" in names
+    assert {name.split("/")[0] for name in names} == {"trainops", *node_package.LIBRARIES}
 
 
 def test_the_version_follows_the_contents_and_names_not_times(tmp_path):
@@ -89,6 +92,11 @@ def test_installs_once_per_version_checks_it_and_points_current_at_it(tmp_path):
                             "from trainops import node_package as p; print(p.version(sys.argv[1] + '/trainops'))",
                             str(root / version)], capture_output=True, text=True)  # fmt: skip
     assert check.stdout.strip() == version
+    # the shipped library is imported from the installed version, not from this Python's own site-packages
+    library = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                              "import prometheus_client; print(prometheus_client.__file__)", str(root / version)],
+                             capture_output=True, text=True)  # fmt: skip
+    assert library.stdout.strip() == str(root / version / "prometheus_client" / "__init__.py"), library.stderr
     again = install(root, version, archive)
     assert json.loads(again.stdout) == {"version": version, "installed": False, "pruned": []}
 

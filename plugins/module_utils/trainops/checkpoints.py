@@ -248,17 +248,18 @@ def retention(
 
 
 def disk(free_bytes: int | None, checkpoint_bytes: int | None, where: str) -> dict[str, Any]:
-    """The disk guard: ``{"level": ok|warn|refuse|unknown, "line"}``: under two saves' worth of free space where
-    checkpoints go warns, under one refuses a launch (and is reported mid-run)."""
+    """The disk guard: ``{"level": ok|warn|refuse|unknown, "line", "free_bytes", "checkpoint_bytes"}``: under two
+    saves' worth of free space where checkpoints go warns, under one refuses a launch (and is reported mid-run)."""
+    sizes = {"free_bytes": free_bytes, "checkpoint_bytes": checkpoint_bytes}
     if free_bytes is None or not checkpoint_bytes:
-        return {"level": "unknown", "line": ""}
+        return {"level": "unknown", "line": "", **sizes}
     saves = free_bytes / checkpoint_bytes
     text = f"{_mib(free_bytes)} free at {where}, a checkpoint of this plan takes {_mib(checkpoint_bytes)}"
     if saves < 1:
-        return {"level": "refuse", "line": f"{text}: not one checkpoint fits"}
+        return {"level": "refuse", "line": f"{text}: not one checkpoint fits", **sizes}
     if saves < 2:
-        return {"level": "warn", "line": f"{text}: room for {saves:.1f} checkpoint(s), under two"}
-    return {"level": "ok", "line": text}
+        return {"level": "warn", "line": f"{text}: room for {saves:.1f} checkpoint(s), under two", **sizes}
+    return {"level": "ok", "line": text, **sizes}
 
 
 def newest_verified(saves: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

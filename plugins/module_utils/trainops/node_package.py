@@ -5,6 +5,7 @@ smoke job, the dataset builder) lives in ``trainops/node/`` beside the core it m
 playbook that runs one of them) installs the whole ``trainops`` package into the container once per version::
 
     /opt/mtt-train-ops/<version>/trainops/...      the package, as it was in the checkout
+    /opt/mtt-train-ops/<version>/prometheus_client/...   each library of LIBRARIES, as the controller has it
     /opt/mtt-train-ops/<version>/.complete         written last: the version is whole
     /opt/mtt-train-ops/current -> <version>        the newest installed
 
@@ -21,8 +22,10 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import importlib.util
 import io
 import os
+import sys
 import tarfile
 
 #: Where the package is installed inside the training container.
@@ -31,22 +34,60 @@ ROOT = "/opt/mtt-train-ops"
 KEEP = 8
 
 
-def files(package_dir: str) -> list[str]:
-    """The package's files, as paths relative to its parent (``trainops/...``), sorted; caches are not part of it."""
+#: Third-party pure-Python libraries the node programs import, shipped in the package beside ``trainops`` so that a
+#: training image need not have them: prometheus-client (the run supervisor's metrics endpoint). Each is taken from
+#: beside the package when that is an installed version, else from where this Python imports it (on the
+#: controller: the venv of requirements.txt, so its pinned version is the one the nodes get).
+LIBRARIES = ("prometheus_client",)
+
+
+class MissingLibrary(ValueError):
+    """A library of :data:`LIBRARIES` is neither beside the package nor importable here."""
+
+
+def _tops(package_dir: str) -> list[tuple[str, str]]:
+    """Each top-level directory of the package and where its files lie: the core, then each library."""
+    package_dir = os.path.abspath(package_dir)
+    parent = os.path.dirname(package_dir)
+    tops = [(os.path.basename(package_dir), package_dir)]
+    for name in LIBRARIES:
+        beside = os.path.join(parent, name)
+        if os.path.isdir(beside):
+            tops.append((name, beside))
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise MissingLibrary(
+                f"the node package needs the library {name}, which {sys.executable} cannot import: run `make setup` "
+                "(it installs requirements.txt into .venv) and use that venv's ansible-playbook"
+            )
+        tops.append((name, list(spec.submodule_search_locations)[0]))
+    return tops
+
+
+def _listing(package_dir: str) -> list[tuple[str, str]]:
+    """``(name in the package, path here)`` of every file, sorted by name; caches are not part of it."""
     found = []
-    parent = os.path.dirname(os.path.abspath(package_dir))
-    for directory, subdirs, names in os.walk(package_dir):
-        subdirs[:] = sorted(name for name in subdirs if name != "__pycache__")
-        found.extend(os.path.relpath(os.path.join(directory, name), parent) for name in names if name.endswith(".py"))
+    for top, where in _tops(package_dir):
+        for directory, subdirs, names in os.walk(where):
+            subdirs[:] = sorted(name for name in subdirs if name != "__pycache__")
+            for name in names:
+                if name.endswith(".py"):
+                    path = os.path.join(directory, name)
+                    found.append((os.path.join(top, os.path.relpath(path, where)), path))
     return sorted(found)
 
 
+def files(package_dir: str) -> list[str]:
+    """The package's files, as paths relative to its root (``trainops/...``, ``prometheus_client/...``), sorted."""
+    return [name for name, _ in _listing(package_dir)]
+
+
 def version(package_dir: str) -> str:
-    """Twelve hex digits of the SHA-256 of the package's file names and contents."""
+    """Twelve hex digits of the SHA-256 of the package's file names and contents (its libraries' too)."""
     digest = hashlib.sha256()
-    parent = os.path.dirname(os.path.abspath(package_dir))
-    for name in files(package_dir):
-        with open(os.path.join(parent, name), "rb") as handle:
+    for name, path in _listing(package_dir):
+        with open(path, "rb") as handle:
             digest.update(name.encode() + b"\0" + handle.read() + b"\0")
     return digest.hexdigest()[:12]
 
@@ -55,11 +96,10 @@ def archive(package_dir: str, expected: str | None = None) -> str:
     """The package as a gzipped tar, base64 text (what the installer reads on stdin); the same bytes each time.
     With ``expected`` (the version pinned when the playbook began), files that no longer hash to it are refused
     (:class:`PackageChanged`): the checkout was edited meanwhile."""
-    parent = os.path.dirname(os.path.abspath(package_dir))
     buffer, digest = io.BytesIO(), hashlib.sha256()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name in files(package_dir):
-            with open(os.path.join(parent, name), "rb") as handle:
+        for name, path in _listing(package_dir):
+            with open(path, "rb") as handle:
                 data = handle.read()
             digest.update(name.encode() + b"\0" + data + b"\0")
             info = tarfile.TarInfo(name)

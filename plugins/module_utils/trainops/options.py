@@ -256,6 +256,9 @@ OPTIONS: dict[str, Option] = {
            "supervisor (unset: the master's), for example a spare that gets no rank. status.yml: move the supervision "
            "of each run whose supervisor's node does not answer to this node (the run's master, which holds a copy "
            "of its record).", ("train", "status"), docs="docs/train.md"),
+        _o("metrics_port", "int", "The TCP port on which the run's supervisor serves the run's metrics to "
+           "Prometheus, on every address of its node (0: none).", ("train",), 9465, minimum=0, maximum=65535,
+           docs="docs/monitoring.md"),
         # --- the launcher -----------------------------------------------------------------------------------------
         _o("launcher", "choice", "How train.yml starts a run and stop.yml ends it.", SLURM, "ssh",
            choices=("ssh", "slurm"), docs="docs/slurm.md"),

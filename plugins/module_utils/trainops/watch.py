@@ -37,12 +37,12 @@ from .run_report import progress_line
 
 #: The run's options that the watch and its supervisor read (their types, ranges and defaults are
 #: :data:`.options.OPTIONS`'): stop_grace for its stops, health_max_age for the full checks its health check carries,
-#: supervisor_host for where it runs ("" or None: the master's container).
+#: supervisor_host for where it runs ("" or None: the master's container), metrics_port for its metrics endpoint.
 NAMES = (
     "train_wait", "poll_interval", "progress_interval", "start_timeout", "wait", "fresh", "hang_timeout", "on_hang",
     "straggler_ratio", "max_restarts", "elastic", "min_nodes", "incident_limit", "incident_window_days",
     "health", "exclude_nodes", "use_nodes", "verify_checkpoints", "keep_checkpoints", "keep_every", "keep_dry_run",
-    "stop_grace", "health_max_age", "supervisor_host",
+    "stop_grace", "health_max_age", "supervisor_host", "metrics_port",
 )  # fmt: skip
 
 
@@ -380,8 +380,14 @@ class Progress:
     def limit(self, configured: float | None) -> float:
         return hang.hang_limit(list(self.intervals), configured, started=self.last is not None, saving=self.saving)
 
-    def stragglers(self, ratio: float) -> str:
+    def straggler_rows(self, ratio: float) -> list[dict[str, Any]]:
+        """The ranks named stragglers over the recent reports: node, rank, ratio (their compute time over the
+        median of the others')."""
         found = straggler.assess(list(self.reports), self.plan["world_size"], ratio, self.node_of, skip=0)
+        return [{"node": s["node"], "rank": s["rank"], "ratio": s["ratio"]} for s in found]
+
+    def stragglers(self, ratio: float) -> str:
+        found = self.straggler_rows(ratio)
         return straggler.describe({s["rank"]: s["ratio"] for s in found}, self.node_of)
 
     def line(self, ratio: float) -> str:
@@ -633,6 +639,7 @@ class Watcher:
             progress=progress.line(ratio) if progress.last else None,
             seconds_since_progress=round(now - progress.progress_at, 1),
             hang_limit_s=round(progress.limit(self.request.hang_limit), 1),
+            stragglers=progress.straggler_rows(ratio),
         )
         if outcome.get("node"):
             outcome["ranks"] = ranks_of(self.plan, outcome["node"])

@@ -394,6 +394,67 @@ def move(run_dir: str, node: str) -> dict[str, object]:
     return {"pid": began["pid"], "from": copied["from"], "copied_at": copied["at"], "plans_written": written}
 
 
+class MetricsEndpoint:
+    """The run's metrics (:mod:`trainops.run_metrics`) on ``port`` of the supervisor's node (-e metrics_port; 0:
+    none), served by prometheus-client's own HTTP server in a thread of this process: each scrape reads what the
+    last probe or step left here, and nothing else. A port it cannot take is said once; the run goes on without."""
+
+    def __init__(self, port: int, run_started: float, say) -> None:
+        self.port, self.run_started, self.say = port, run_started, say
+        self._latest: tuple | None = None
+
+    def serve(self, plan: dict) -> None:
+        if not self.port:
+            return
+        try:
+            import prometheus_client
+            from prometheus_client.core import CollectorRegistry
+
+            registry = CollectorRegistry(auto_describe=True)
+            registry.register(self)
+            prometheus_client.ProcessCollector(namespace="trainops_supervisor", registry=registry)
+            prometheus_client.start_http_server(self.port, addr="0.0.0.0", registry=registry)  # noqa: S104
+        except (ImportError, OSError) as exc:
+            self.say(f"supervisor: the run's metrics cannot be served on port {self.port} ({exc}): this run serves "
+                     "none; -e metrics_port=N chooses another port, 0 none")  # fmt: skip
+            self.port = 0
+            return
+        from trainops.watch import supervisor_node
+
+        here = supervisor_node(plan)
+        address = next((node.get("addr") for node in plan["nodes"] if node["name"] == here), None) or here
+        self.say(f"supervisor: the run's metrics: http://{address}:{self.port}/metrics")
+
+    def update(self, plan: dict, watch: dict | None, view: dict, state: dict) -> None:
+        """What the next scrape serves: the attempt's plan, its watch's result, the attempts' view and state."""
+        records = state.get("records") or []
+        first = records[0] if records else state.get("current") or {}
+        self._latest = (plan, watch, view, first.get("resumes_from"))
+
+    def describe(self):
+        return []  # the families vary with the run; prometheus-client then takes them from collect()
+
+    def collect(self):
+        """prometheus-client's collector protocol: the run's families now (a scrape's thread)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from trainops.run_metrics import families
+
+        latest = self._latest
+        if latest is None:
+            return
+        plan, watch, view, began = latest
+        for family in families(plan, watch, view, self.run_started, time.time(), (watch or {}).get("stragglers") or (),
+                               began if isinstance(began, int) else None):  # fmt: skip
+            if not family.samples:
+                continue
+            kind = CounterMetricFamily if family.metric.kind == "counter" else GaugeMetricFamily
+            served = kind(family.metric.name, family.metric.help, labels=family.metric.labels)
+            for labels, value in family.samples:
+                served.add_metric(labels, value)
+            yield served
+
+
 def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     """The detached process: the run's lifecycle from the step its state is at, its lines to the events, the run's
     end to the result file."""
@@ -426,15 +487,18 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
         return current["plan"] if current else first["plan"]
 
     life.attempts.on_save = lambda: copy(plan_now(), now=True)  # each change of the state, as it is saved
+    options = request["run"].get("options") or {}
+    metrics = MetricsEndpoint(int(options.get("metrics_port") or 0), float(request["run"]["run_started"]), say)
+    metrics.serve(first["plan"])
     try:
-        _run_steps(life, files, first, on_node, say, stopping, copy)
+        _run_steps(life, files, first, on_node, say, stopping, copy, metrics)
         copy(plan_now(), now=True)  # the run's end, in the copy too
     except Superseded as exc:
         say(f"supervisor: {exc}; this one ends and acts no more")
         write_json(files["superseded.json"], {"at": time.time(), "why": str(exc)})
 
 
-def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
+def _run_steps(life, files, first, on_node, say, stopping, copy, metrics) -> None:
     """The lifecycle's steps from where its state is, to the run's end (its result written); each step's change
     copied to the master when the supervisor runs elsewhere (:class:`RecordCopy`)."""
     from trainops.recovery import STOPPED
@@ -444,6 +508,8 @@ def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
     while True:
         current = life.attempts.state.get("current")
         copy(current["plan"] if current else first["plan"], now=True)  # an attempt set aside, a result
+        if current:
+            metrics.update(current["plan"], current.get("watch"), life.view(), life.attempts.state)
         step = life.step()
         if step == "next" and stopping():
             life.end_restarts()
@@ -466,7 +532,9 @@ def _run_steps(life, files, first, on_node, say, stopping, copy) -> None:
             watcher = Watcher(watch_request, time.monotonic())
 
             def probed(watcher: Watcher, number: int = view["number"], plan: dict = view["plan"]) -> None:
-                write_json(files["snapshot.json"], dict(watcher.result(time.monotonic()), attempt=number))  # status's
+                result = dict(watcher.result(time.monotonic()), attempt=number)
+                write_json(files["snapshot.json"], result)  # status's
+                metrics.update(plan, result, life.view(), life.attempts.state)
                 copy(plan)
 
             try:
