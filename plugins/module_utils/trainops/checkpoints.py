@@ -256,10 +256,12 @@ def disk(free_bytes: int | None, checkpoint_bytes: int | None, where: str) -> di
     saves = free_bytes / checkpoint_bytes
     text = f"{_mib(free_bytes)} free at {where}, a checkpoint of this plan takes {_mib(checkpoint_bytes)}"
     if saves < 1:
-        return {"level": "refuse", "line": f"{text}: not one checkpoint fits", **sizes}
-    if saves < 2:
-        return {"level": "warn", "line": f"{text}: room for {saves:.1f} checkpoint(s), under two", **sizes}
-    return {"level": "ok", "line": text, **sizes}
+        level, text = "refuse", f"{text}: not one checkpoint fits"
+    elif saves < 2:
+        level, text = "warn", f"{text}: room for {saves:.1f} checkpoint(s), under two"
+    else:
+        level = "ok"
+    return {"level": level, "line": text, **sizes}
 
 
 def newest_verified(saves: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -429,7 +429,8 @@ class MetricsEndpoint:
         """What the next scrape serves: the attempt's plan, its watch's result, the attempts' view and state."""
         records = state.get("records") or []
         first = records[0] if records else state.get("current") or {}
-        self._latest = (plan, watch, view, first.get("resumes_from"))
+        began = first.get("resumes_from")  # the iteration the run's first attempt resumed from (None: scratch)
+        self._latest = (plan, watch, view, began if isinstance(began, int) else None)
 
     def describe(self):
         return []  # the families vary with the run; prometheus-client then takes them from collect()
@@ -444,8 +445,8 @@ class MetricsEndpoint:
         if latest is None:
             return
         plan, watch, view, began = latest
-        for family in families(plan, watch, view, self.run_started, time.time(), (watch or {}).get("stragglers") or (),
-                               began if isinstance(began, int) else None):  # fmt: skip
+        stragglers = (watch or {}).get("stragglers") or ()
+        for family in families(plan, watch, view, self.run_started, time.time(), stragglers, began):
             if not family.samples:
                 continue
             kind = CounterMetricFamily if family.metric.kind == "counter" else GaugeMetricFamily
