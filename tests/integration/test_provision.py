@@ -10,10 +10,13 @@ import contextlib
 import re
 import socket
 import time
+import urllib.request
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from trainops import node_package
+from trainops.gmi import parse_mthreads_gmi
 
 from testbed import NODE_CONTAINERS as NODE_CONTAINERS_BY_NAME
 from testbed import ROOT, docker, images, in_container, in_node, inventory_copy, playbook, recap
@@ -229,6 +232,20 @@ def test_musa_path_runs_end_to_end_with_replay_stand_ins(musa_inventory):
         assert row["driver"] == "5.1.0-server"
         assert row["busbw_node_gbps"] == 300.52  # the recorded run's 32 MiB in-place bus bandwidth
     assert "no mpirun in the image" in result.stdout
+
+    # each node's card exporter serves the replayed cards, read by the health check's parsers (docs/monitoring.md)
+    urls = {row["node"]: row["card_metrics"] for row in rows}
+    assert f"card metrics: node1 {urls['node1']}, node2 {urls['node2']}" in result.stdout
+    replayed = parse_mthreads_gmi(in_container("node1", "mthreads-gmi", container="train-musa").stdout)["cards"]
+    for node, url in urls.items():
+        assert url.endswith(":9466/metrics"), url
+        with urllib.request.urlopen(url, timeout=10) as response:
+            served = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+        temperatures = {s.labels["card"]: s.value for s in served["trainops_card_temperature_celsius"].samples}
+        assert temperatures == {str(c["index"]): float(c["temperature_c"]) for c in replayed}, node
+        totals = {s.labels["node"] for s in served["trainops_card_memory_total_bytes"].samples}
+        assert totals == {node} and served["trainops_card_query_up"].samples[0].value == 1.0
+        assert served["trainops_card_processes"].samples[0].value == 0.0  # the table: no running processes
 
 
 def test_more_slots_than_cards_is_named(musa_inventory):

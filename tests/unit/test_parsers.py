@@ -25,11 +25,13 @@ def test_s5000_table_gmi_2_4():
     assert cards[7]["bus_id"] == "00000000:da:00.0"
     assert all(c["memory_total_mib"] == 81920 and c["memory_used_mib"] == 0 for c in cards)
     assert all(c["processes"] == [] for c in cards)
+    assert [c["temperature_c"] for c in cards] == [48, 48, 49, 48, 48, 50, 48, 49]  # the table's second lines
 
 
 def test_s80_table_gmi_2_0_with_truncated_process_list():
     (card,) = parse_mthreads_gmi(gmi("s80-gmi2.0.0-processes-truncated.txt"))["cards"]
     assert (card["name"], card["memory_used_mib"], card["memory_total_mib"]) == ("MTT S80", 662, 16384)
+    assert card["temperature_c"] == 41
     assert card["processes"] == [
         {"pid": 1123, "name": "/usr/lib/xorg/Xorg", "memory_mib": 134},
         {"pid": 1361, "name": "/usr/sbin/unity-greeter", "memory_mib": None},
@@ -40,6 +42,7 @@ def test_collapsed_whitespace_and_other_column_widths():
     text = gmi("s5000-x8-gmi2.4.1.txt")
     collapsed = "\n".join(re.sub(r"\s+", " ", line) for line in text.splitlines())
     assert len(parse_mthreads_gmi(collapsed)["cards"]) == 8
+    assert parse_mthreads_gmi(collapsed)["cards"][5]["temperature_c"] == 50
     narrow = "\n".join(re.sub(r" {2,}", "  ", line) for line in text.splitlines())  # 1.x-style narrower columns
     assert parse_mthreads_gmi(narrow)["cards"][3]["bus_id"] == "00000000:5c:00.0"
 
@@ -59,6 +62,7 @@ def test_json_form():
             "memory_total_mib": 81920,
             "memory_used_mib": 0,
             "utilization_pct": 0,
+            "temperature_c": 27,
             "processes": [],
         }
     ]

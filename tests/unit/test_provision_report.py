@@ -81,3 +81,9 @@ def test_a_failed_write_leaves_no_temporary_and_keeps_the_old_report(tmp_path):
         write_provision_report(str(tmp_path), "t", [{"node": object()}])
     assert json.loads(open(old).read())["nodes"] == ROWS
     assert sorted(p.name for p in tmp_path.iterdir()) == ["provision-t.json"]
+
+
+def test_the_card_exporters_addresses_close_the_table_when_any_serves():
+    assert "card metrics" not in provision_table(ROWS)
+    serving = [{**ROWS[0], "card_metrics": "http://10.0.0.1:9466/metrics"}, {**ROWS[1], "card_metrics": None}]
+    assert provision_table(serving).splitlines()[-1] == "card metrics: node1 http://10.0.0.1:9466/metrics"

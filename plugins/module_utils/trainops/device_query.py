@@ -7,7 +7,9 @@ card, what a health check needs, each value ``None`` where this tool or driver d
 ``index, name, bus_id, memory_total_mib, ecc_uncorrected_volatile, ecc_uncorrected_aggregate, retired_pages,
 retired_pending, remap_pending, remap_failed, temperature_c, slowdown_temp_c, throttle_active`` (a list of the
 active hardware and thermal slowdown reasons), and ``fields``: where in the tool's output each value came from, so
-that a verdict can name the field.
+that a verdict can name the field. The card metrics (:mod:`trainops.card_metrics`) read, from the same query,
+``memory_used_mib, utilization_pct, power_draw_w, power_limit_w`` and ``clocks_mhz`` (``{graphics, sm, memory}``,
+those reported).
 
 Key spellings differ between drivers (``Clocks Throttle Reasons`` before NVIDIA 535, ``Clocks Event Reasons``
 after; ``Double Bit`` sections before Ampere, ``DRAM Uncorrectable`` after): every spelling seen in a recorded
@@ -31,6 +33,10 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ECC_SECTIONS = ("ECC Errors",)
 _UNCORRECTED_KEYS = re.compile(r"uncorrectable|double bit|\bdbe\b", re.I)
 _THROTTLE_SECTIONS = ("Clocks Event Reasons", "Clocks Throttle Reasons", "Clocks Reasons")
+#: The power sections, by their spellings (``GPU Power Readings`` since NVIDIA 535; mthreads-gmi's JSON: ``Power
+#: Readings``), and the current clocks' entries.
+_POWER_SECTIONS = ("GPU Power Readings", "Power Readings")
+_CLOCKS = {"graphics": "Graphics", "sm": "SM", "memory": "Memory"}
 #: Reasons that mean the card is held back by its hardware or its temperature (not by an idle state, an
 #: application clock setting or the normal power cap under load).
 _THROTTLE_REASONS = re.compile(r"^(HW Slowdown|HW Thermal Slowdown|HW Power Brake Slowdown|SW Thermal Slowdown)$", re.I)
@@ -180,6 +186,18 @@ def _card(label: str, gpu: Mapping[str, Any], position: int) -> dict[str, Any]:
     bus = bus or (label.split()[-1] if len(label.split()) == 2 and ":" in label else "")
     memory, _ = _get(gpu, "FB Memory Usage")
     total, _ = _get(memory, "Total") if isinstance(memory, dict) else (None, None)
+    used, _ = _get(memory, "Used") if isinstance(memory, dict) else (None, None)
+    utilization, _ = _get(gpu, "Utilization")
+    busy, _ = _get(utilization, "Gpu") if isinstance(utilization, dict) else (None, None)
+    power, _ = _get(gpu, *_POWER_SECTIONS)
+    draw, _ = _get(power, "Power Draw") if isinstance(power, dict) else (None, None)
+    limit, _ = _get(power, "Current Power Limit", "Power Limit") if isinstance(power, dict) else (None, None)
+    clocks, _ = _get(gpu, "Clocks")
+    clocks_mhz = {}
+    for clock, key in _CLOCKS.items():
+        value = _number(_get(clocks, key)[0]) if isinstance(clocks, dict) else None
+        if value is not None:
+            clocks_mhz[clock] = value
     volatile, aggregate = _ecc(gpu, label, fields)
 
     retired, retired_key = _get(gpu, "Retired Pages", "Page Retirement")
@@ -240,6 +258,11 @@ def _card(label: str, gpu: Mapping[str, Any], position: int) -> dict[str, Any]:
         "name": str(name or "").strip(),
         "bus_id": str(bus).lower(),
         "memory_total_mib": int(_number(total)) if _number(total) is not None else None,
+        "memory_used_mib": int(_number(used)) if _number(used) is not None else None,
+        "utilization_pct": _number(busy),
+        "power_draw_w": _number(draw),
+        "power_limit_w": _number(limit),
+        "clocks_mhz": clocks_mhz,
         "ecc_uncorrected_volatile": volatile,
         "ecc_uncorrected_aggregate": aggregate,
         "retired_pages": retired_pages,

@@ -2,7 +2,8 @@
 
 Every parser returns ``{"tool_version", "driver_version", "cards": [...]}``,
 each card with ``index, name, bus_id, memory_total_mib, memory_used_mib,
-utilization_pct, processes: [{pid, name, memory_mib}]``. ``mthreads-gmi``
+utilization_pct, temperature_c, processes: [{pid, name, memory_mib}]`` (``None`` where
+the form has no such value). ``mthreads-gmi``
 comes in three forms: the default table (column widths differ between 1.x and
 2.x, and ``-cf`` output can arrive with its whitespace collapsed), ``-q`` text
 (``Key : value``) and ``-q -j`` JSON. :func:`parse_mthreads_gmi` takes any of
@@ -21,6 +22,8 @@ _BUS_ID = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]"
 _CARD = re.compile(rf"^\s*(\d+)\s+(.+?)\s*\|\s*({_BUS_ID})\s*\|\s*(\d+)\s*%\s*(\d+)\s*MiB\s*\(\s*(\d+)\s*MiB\s*\)")
 _PROCESS = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S.*?)(?:\s+(\d+)\s*MiB)?\s*$")
 _MIB = re.compile(r"(\d+(?:\.\d+)?)\s*MiB", re.I)
+#: The table's second line of a card ends with its temperature: ``Physical  P0  |16x(16x)  |48C   YES``.
+_TABLE_TEMP = re.compile(r"\|\s*(\d+)\s*C\b")
 
 
 class GmiParseError(ValueError):
@@ -35,6 +38,7 @@ def _card(index: int, name: str, bus_id: str, total: int | None, used: int | Non
         "memory_total_mib": total,
         "memory_used_mib": used,
         "utilization_pct": util,
+        "temperature_c": None,
         "processes": [],
     }
 
@@ -55,6 +59,7 @@ def _parse_table(text: str) -> dict[str, Any]:
     header = _HEADER.search(text)
     cards: dict[int, dict] = {}
     in_processes = False
+    last: dict | None = None
     for line in text.splitlines():
         if line.strip().startswith("Processes"):
             in_processes = True
@@ -63,7 +68,9 @@ def _parse_table(text: str) -> dict[str, Any]:
             match = _CARD.match(line)
             if match:
                 index, name, bus, util, used, total = match.groups()
-                cards[int(index)] = _card(int(index), name.strip(), bus, int(total), int(used), int(util))
+                last = cards[int(index)] = _card(int(index), name.strip(), bus, int(total), int(used), int(util))
+            elif last is not None and last["temperature_c"] is None and (temp := _TABLE_TEMP.search(line)):
+                last["temperature_c"] = int(temp.group(1))
             continue
         match = _PROCESS.match(line)
         if match and int(match.group(1)) in cards:
@@ -121,6 +128,7 @@ def _parse_json(text: str) -> dict[str, Any]:
                 _pct((gpu.get("Utilization") or {}).get("Gpu")),
             )
         )
+        cards[-1]["temperature_c"] = _pct((gpu.get("Temperature") or {}).get("GPU Current Temp"))
     return {"tool_version": None, "driver_version": data.get("Driver Version"), "cards": cards}
 
 

@@ -259,6 +259,9 @@ OPTIONS: dict[str, Option] = {
         _o("metrics_port", "int", "The TCP port on which the run's supervisor serves the run's metrics to "
            "Prometheus, on every address of its node (0: none).", ("train",), 9465, minimum=0, maximum=65535,
            docs="docs/monitoring.md"),
+        _o("card_metrics_port", "int", "The TCP port on which each node's card exporter serves its cards' metrics "
+           "to Prometheus, on every address of the node (0: none; provision.yml stops one serving).", ("provision",),
+           9466, minimum=0, maximum=65535, docs="docs/monitoring.md"),
         # --- the launcher -----------------------------------------------------------------------------------------
         _o("launcher", "choice", "How train.yml starts a run and stop.yml ends it.", SLURM, "ssh",
            choices=("ssh", "slurm"), docs="docs/slurm.md"),

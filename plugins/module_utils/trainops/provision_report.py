@@ -41,6 +41,9 @@ def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 data(row.get("data") or {}),
             )
         )
+    served = [f"{row['node']} {row['card_metrics']}" for row in rows if row.get("card_metrics")]
+    if served:
+        lines.append("card metrics: " + ", ".join(served))
     return "\n".join(lines)
 
 
@@ -54,8 +57,8 @@ def write_provision_report(directory: str, timestamp: str, rows: Sequence[Mappin
 
 def provision_rows(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One report row per node from what provision.yml's roles found on it: ``name``, ``ansible_host``,
-    ``container_facts``, ``container_ssh_port``, ``accelerator_facts``, ``collective_results``, ``dataset_sizes``
-    (each may be missing on a node that failed early)."""
+    ``container_facts``, ``container_ssh_port``, ``accelerator_facts``, ``collective_results``, ``dataset_sizes``,
+    ``card_exporter_url`` (each may be missing on a node that failed early)."""
     rows = []
     for node in nodes:
         container = node.get("container_facts") or {}
@@ -76,6 +79,7 @@ def provision_rows(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "busbw_cluster_gbps": (collective.get("inter") or {}).get("largest_busbw_gbps"),
                 "collective": collective,
                 "data": node.get("dataset_sizes") or {},
+                "card_metrics": node.get("card_exporter_url") or None,
             }
         )
     return rows

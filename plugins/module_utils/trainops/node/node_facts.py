@@ -22,11 +22,12 @@ PACKAGES = {
 }
 
 
-def device_query(tool):
+def device_query(tool, timeout=60):
+    """The fullest query form of ``tool`` that answers: ``{"rc", "output", "argv"}`` (also the card exporter's)."""
     last = {"rc": 127, "output": f"{tool}: not found", "argv": []}
     for argv in QUERIES.get(tool, [[tool, "-q"]]):
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as exc:
             last = {"rc": 127, "output": str(exc), "argv": argv}
             continue
@@ -92,4 +93,5 @@ def main():
     print(json.dumps(facts))
 
 
-main()
+if __name__ == "__main__":
+    main()
