@@ -2,7 +2,8 @@
 # Prepare this machine to host the mtt-train-ops testbed (run as root, idempotent).
 #
 #  - installs the Debian packages the testbed needs when they are missing
-#    (docker.io, debootstrap, and the small tools the build and bring-up use);
+#    (docker.io, debootstrap, the small tools the build and bring-up use, and Prometheus' promtool and
+#    Alertmanager's amtool for the monitoring files' tests);
 #  - starts dockerd when `docker info` does not answer (with systemd where it runs, else by hand, as in CI,
 #    logging to /var/log/dockerd-testbed.log) and waits until it answers.
 #
@@ -18,6 +19,8 @@ readonly PACKAGES=(
   openssh-client # ssh and ssh-keygen for the controller
   procps         # pgrep
   bc             # testbed/e2e.sh timings
+  prometheus     # promtool: the alert rules' unit tests (monitoring/rules/)
+  prometheus-alertmanager # amtool: checks the Alertmanager configuration the bundle ships
 )
 readonly DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd-testbed.log}"
 readonly DOCKERD_WAIT_S="${DOCKERD_WAIT_S:-60}"

@@ -45,6 +45,8 @@ METRICS = (
     Metric("trainops_card_utilization_ratio", "gauge", "The share of the tool's last sample period in which the "
            "card was busy (its GPU utilisation, 0 to 1).", CARD),
     Metric("trainops_card_temperature_celsius", "gauge", "The card's temperature.", CARD),
+    Metric("trainops_card_slowdown_temperature_celsius", "gauge", "The temperature at which the card slows itself "
+           "down, where the tool reports it.", CARD),
     Metric("trainops_card_power_watts", "gauge", "The card's power draw.", CARD),
     Metric("trainops_card_power_limit_watts", "gauge", "The card's current power limit.", CARD),
     Metric("trainops_card_clock_hertz", "gauge", "The card's current clocks (graphics, sm, memory: those the tool "
@@ -150,6 +152,7 @@ def families(node: str, tool: str, reading: Mapping[str, Any] | None, duration_s
         add("trainops_card_memory_total_bytes", at, card.get("memory_total_mib"), MIB)
         add("trainops_card_utilization_ratio", at, card.get("utilization_pct"), 0.01)
         add("trainops_card_temperature_celsius", at, card.get("temperature_c"))
+        add("trainops_card_slowdown_temperature_celsius", at, card.get("slowdown_temp_c"))
         add("trainops_card_power_watts", at, card.get("power_draw_w"))
         add("trainops_card_power_limit_watts", at, card.get("power_limit_w"))
         for clock, mhz in sorted((card.get("clocks_mhz") or {}).items()):
