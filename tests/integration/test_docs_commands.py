@@ -81,7 +81,9 @@ SITE = {
                     "node1": {"ansible_host": "127.0.0.1", "slots": 8, "master": True},
                     "node2": {"ansible_host": "127.0.0.2", "slots": 8},
                 }
-            }
+            },
+            # docs/monitoring.md: monitoring.yml's host (docs/inventory.md), on loopback too
+            "monitoring": {"hosts": {"mon1": {"ansible_host": "127.0.0.4"}}},
         },
     }
 }

@@ -30,6 +30,7 @@ PLAYBOOKS = [
     "playbooks/health.yml",
     "playbooks/incidents.yml",
     "playbooks/export.yml",
+    "playbooks/monitoring.yml",
 ]
 
 

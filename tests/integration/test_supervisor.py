@@ -16,19 +16,36 @@ their ranks trained on unwatched.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
+import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from trainops import monitoring, node_package
 
-from testbed import BIN, INVENTORY, ROOT, clean_experiment, env, in_container, latest_run, playbook, train_in_background
+from testbed import (
+    BIN,
+    INVENTORY,
+    ROOT,
+    clean_experiment,
+    env,
+    in_container,
+    inventory_copy,
+    latest_run,
+    playbook,
+    train_in_background,
+)
 
 pytestmark = pytest.mark.testbed
 
@@ -88,6 +105,77 @@ def scrape(node_address: str = "172.30.0.11", port: int = 9465) -> dict[str, lis
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
+#: Prometheus and Alertmanager on this controller, the inventory's monitoring host (playbooks/monitoring.yml), on
+#: ports of their own; defaults overridden, and why: a scrape and a rule evaluation every second (default 15 s) so
+#: that the minutes of this test hold many; the default ports may be taken on a developer's machine.
+PROMETHEUS, ALERTMANAGER = 19090, 19093
+MONITORING = ("-e", "scrape_interval_s=1", "-e", f"prometheus_port={PROMETHEUS}",
+              "-e", f"alertmanager_port={ALERTMANAGER}")  # fmt: skip
+CARD_EXPORTER = f"{node_package.ROOT}/current/trainops/node/card_exporter.py"
+
+
+class Webhook(http.server.ThreadingHTTPServer):
+    """Alertmanager's JSON webhook receiver on loopback: every notice it is sent, as posted."""
+
+    def __init__(self) -> None:
+        self.notices: list[dict] = []
+        received = self.notices
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+@contextlib.contextmanager
+def monitoring_stack(tmp_path: Path):
+    """monitoring.yml with this controller as the monitoring host: Debian's Prometheus and Alertmanager scraping
+    both nodes, the bundle's rules, a webhook receiver here. The testbed's cpu backend has no device tool, so each
+    node's card exporter is started as provision.yml's card_exporter role starts it on a musa node, reading the
+    stand-in image's replay mthreads-gmi."""
+    webhook = Webhook()
+    inventory = inventory_copy(tmp_path)
+    here = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    (inventory / "monitoring.yml").write_text(yaml.safe_dump({"all": {"children": {"monitoring": {"hosts": {
+        "localhost": here}}}}}))  # fmt: skip
+    for node in ("node1", "node2"):
+        in_container(node, f"python3 {CARD_EXPORTER} ensure --dir /tmp/card-exporter-test --node {node} "
+                           "--device-tool mthreads-gmi --port 9466 --version test")  # fmt: skip
+    directory = tmp_path / "monitoring"
+    url = f"http://127.0.0.1:{webhook.server_address[1]}/alerts"
+    started = playbook("playbooks/monitoring.yml", *MONITORING, "-e", f"monitoring_dir={directory}",
+                       "-e", f"alert_webhook_url={url}", inventory=inventory)  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stdout[-4000:]
+        assert f"monitoring: Prometheus http://localhost:{PROMETHEUS} (started; 2 node(s) scraped every 1 s" in (
+            started.stdout
+        )
+        assert url not in started.stdout  # the webhook's URL may hold a token: never shown
+        yield webhook
+    finally:
+        for state in directory.glob("*.json"):
+            with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+                os.kill(int(json.loads(state.read_text())["pid"]), signal.SIGTERM)
+        for node in ("node1", "node2"):
+            in_container(node, f"python3 {CARD_EXPORTER} ensure --dir /tmp/card-exporter-test --node {node} "
+                               "--port 0", check=False)  # fmt: skip
+        webhook.shutdown()
+
+
+def prometheus(path: str, **query: str) -> dict:
+    url = f"http://127.0.0.1:{PROMETHEUS}{path}?{urllib.parse.urlencode(query)}"
+    answer = json.loads(urllib.request.urlopen(url, timeout=30).read())
+    assert answer["status"] == "success", answer
+    return answer["data"]
+
+
 def follow_in_background(output: Path) -> subprocess.Popen:
     """status.yml -e follow=true in the background, its output to ``output``. train_wait overridden (default
     86,400 s) only to bound how long this terminal would follow a run that failed to end; the run ends earlier."""
@@ -109,9 +197,12 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
     # 100,000 iterations (it is killed before); max_restarts=1 (default 0) so that a wrongly failed attempt would be
     # restarted, and the single attempt asserted below proves none was. Every default as rendered runs in
     # test_megatron_defaults.py.
+    stack = contextlib.ExitStack()
+    webhook = stack.enter_context(monitoring_stack(tmp_path))
     job = train_in_background("-e", "train_iters=100000", "-e", "train_wait=600", "-e", "max_restarts=1",
                               "-e", f"exp={exp}", output=log)  # fmt: skip
-    try:
+    stack.callback(job.kill)
+    with stack:
         # mid-run: the supervisor watches and this terminal follows it (its first progress line is printed)
         wait_for(lambda: iterations(log.read_text()), "progress line", job, log)
         with controller_ssh(RESET):
@@ -199,6 +290,10 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         follower = follow_in_background(tmp_path / "follow-2.out")
         wait_for(lambda: iterations((tmp_path / "follow-2.out").read_text()), "the follower's progress", follower,
                  tmp_path / "follow-2.out")  # fmt: skip
+        # the restart fired its alert, and Alertmanager sent it to the webhook (after its group_wait of 30 s)
+        wait_for(lambda: any(alert["labels"]["alertname"] == "TrainopsRunRestarted" and alert["labels"]["exp"] == exp
+                             for notice in webhook.notices for alert in notice["alerts"]),
+                 "the restart's alert at the webhook", None, log, 90)  # fmt: skip
         stop = playbook("stop.yml")
         assert stop.returncode == 0, stop.stdout[-3000:]
         assert re.search(r"node1: run controller-faults/\S+: stopped by its supervisor \(pid \d+\): attempt 2 ended",
@@ -211,7 +306,14 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         summary = json.loads((latest_run(exp) / "summary.json").read_text())
         assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]][:1] == [(1, "failed", "node2")]
         assert [a["attempt"] for a in summary["attempts"]] == [1, 2], summary["attempts"]
-    finally:
-        job.kill()
-        stop = playbook("stop.yml")
-        assert stop.returncode == 0, stop.stdout[-3000:]
+
+        # Prometheus scraped the run and the cards all along: every panel of the dashboard has data
+        dashboard = json.loads((ROOT / "monitoring" / "grafana" / "trainops-dashboard.json").read_text())
+        answered: dict[str, bool] = {}
+        for title, expr in monitoring.panel_queries(dashboard, {"exp": exp, "run_id": ".*", "node": ".*"}):
+            found = prometheus("/api/v1/query", query=f"last_over_time(({expr})[15m:1s])")["result"]
+            answered[title] = answered.get(title, False) or bool(found)
+        empty = [title for title, found in answered.items() if not found]
+        assert empty == [], f"panels without data: {empty}"
+        rules = [rule for group in prometheus("/api/v1/rules")["groups"] for rule in group["rules"]]
+        assert len(rules) == 14 and {rule["health"] for rule in rules} == {"ok"}, rules

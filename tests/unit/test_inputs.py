@@ -410,8 +410,8 @@ def test_a_host_in_no_group_the_playbooks_read_is_said():
     verdict = check(given("plan", groups=groups))
     assert verdict.problems == []
     assert verdict.warnings == [
-        "inventory: node3 (group workers) is in no group the playbooks read (nodes, slurm_login): no playbook plans "
-        "on or contacts it; list a training server under all.children.nodes"
+        "inventory: node3 (group workers) is in no group the playbooks read (nodes, slurm_login, monitoring): no "
+        "playbook plans on or contacts it; list a training server under all.children.nodes"
     ]
     assert check(given("plan", groups={"all": ["node1", "node2"], **NODES})).warnings == []
 

@@ -158,7 +158,7 @@ def check(given: Inputs) -> Verdict:
 
 
 #: The inventory groups the playbooks read (Ansible's own: all, ungrouped).
-GROUPS = ("nodes", "slurm_login")
+GROUPS = ("nodes", "slurm_login", "monitoring")
 
 
 def _stray_hosts(given: Inputs) -> list[str]:

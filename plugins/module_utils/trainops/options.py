@@ -27,7 +27,19 @@ from typing import Any
 
 from .slurm import time_limit
 
-PLAYBOOKS = ("provision", "plan", "train", "stop", "status", "report", "data", "incidents", "health", "export")
+PLAYBOOKS = (
+    "provision",
+    "plan",
+    "train",
+    "stop",
+    "status",
+    "report",
+    "data",
+    "incidents",
+    "health",
+    "export",
+    "monitoring",
+)
 
 #: Run ids, experiment names, container names: one path component, at most 100 of these characters.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]{0,99}$")
@@ -257,11 +269,25 @@ OPTIONS: dict[str, Option] = {
            "of each run whose supervisor's node does not answer to this node (the run's master, which holds a copy "
            "of its record).", ("train", "status"), docs="docs/train.md"),
         _o("metrics_port", "int", "The TCP port on which the run's supervisor serves the run's metrics to "
-           "Prometheus, on every address of its node (0: none).", ("train",), 9465, minimum=0, maximum=65535,
-           docs="docs/monitoring.md"),
+           "Prometheus, on every address of its node (0: none).", ("train", "monitoring"), 9465, minimum=0,
+           maximum=65535, docs="docs/monitoring.md"),
         _o("card_metrics_port", "int", "The TCP port on which each node's card exporter serves its cards' metrics "
-           "to Prometheus, on every address of the node (0: none; provision.yml stops one serving).", ("provision",),
-           9466, minimum=0, maximum=65535, docs="docs/monitoring.md"),
+           "to Prometheus, on every address of the node (0: none; provision.yml stops one serving).",
+           ("provision", "monitoring"), 9466, minimum=0, maximum=65535, docs="docs/monitoring.md"),
+        _o("prometheus_port", "int", "The TCP port of the Prometheus that monitoring.yml runs on the monitoring "
+           "host.", ("monitoring",), 9090, minimum=1, maximum=65535, docs="docs/monitoring.md"),
+        _o("alertmanager_port", "int", "The TCP port of the Alertmanager that monitoring.yml runs on the monitoring "
+           "host.", ("monitoring",), 9093, minimum=1, maximum=65535, docs="docs/monitoring.md"),
+        _o("scrape_interval_s", "int", "Seconds between two scrapes of every endpoint, and between two evaluations "
+           "of the alert rules.", ("monitoring",), 15, minimum=1, maximum=3600, docs="docs/monitoring.md"),
+        _o("monitoring_retention_days", "int", "Days of metrics the monitoring host's Prometheus keeps.",
+           ("monitoring",), 30, minimum=1, docs="docs/monitoring.md"),
+        _o("monitoring_dir", "host_path", "The directory on the monitoring host that holds its Prometheus' and "
+           "Alertmanager's configuration, data and logs.", ("monitoring",), "/var/lib/mtt-train-ops/monitoring",
+           docs="docs/monitoring.md"),
+        _o("alert_webhook_url", "url", "Where Alertmanager sends the alerts, as its JSON webhook (unset: it keeps "
+           "them on its web page and API and sends none). It may hold a token: it is written only into the "
+           "monitoring host's alertmanager.yml and never printed.", ("monitoring",), docs="docs/monitoring.md"),
         # --- the launcher -----------------------------------------------------------------------------------------
         _o("launcher", "choice", "How train.yml starts a run and stop.yml ends it.", SLURM, "ssh",
            choices=("ssh", "slurm"), docs="docs/slurm.md"),
@@ -609,6 +635,15 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
         return text
     if kind == "controller_path":
         return text
+    if kind == "host_path":
+        if not text.startswith("/"):
+            raise bad("must be an absolute path on that host (it starts with '/')")
+        return text
+    if kind == "url":
+        scheme, _, rest = text.partition("://")
+        if scheme not in ("http", "https") or not rest or rest.startswith("/"):
+            raise bad("must be an http:// or https:// URL with its host")
+        return text
     if kind == "address":
         if _is_address(text):
             return text
@@ -641,6 +676,8 @@ def _wanted(opt: Option) -> str:
     return {
         "container_path": "an absolute path inside the containers",
         "controller_path": "a directory on the controller",
+        "host_path": "an absolute path on that host",
+        "url": "an http:// or https:// URL",
         "name": "a name (letters, digits, . _ + = @ -)",
         "model": "a preset name or an absolute .yml path",
         "slurm_time": "minutes (90) or [D-]HH:MM:SS",
