@@ -83,7 +83,12 @@ def _silent(reply: dict[str, Any]) -> bool:
 #: The action's own arguments beside the watch's request: start the supervisor and return at once (-e wait=false);
 #: the lifecycle's request (trainops.lifecycle.Lifecycle: options, resumes_from, checked_saves, run_started,
 #: health; ``launched`` for a run whose ranks were launched before it had a supervisor).
-DETACH = {"detach": {"type": "bool", "default": False}, "run": {"type": "dict", "default": {}}}
+DETACH = {
+    "detach": {"type": "bool", "default": False},
+    "run": {"type": "dict", "default": {}},
+    # -e notify's URLs, which may hold tokens: into the supervisor's request on its node, and nowhere else
+    "notify": {"type": "list", "elements": "str", "default": [], "no_log": True},
+}
 
 
 class ActionModule(ActionBase):
@@ -192,7 +197,8 @@ class ActionModule(ActionBase):
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=dict(WatchRequest.argument_spec(), **DETACH))
-        detach, run = args.pop("detach"), args.pop("run")
+        detach, run, notify = args.pop("detach"), args.pop("run"), args.pop("notify")
+        run = dict(run, notify=notify) if notify else run
         request = WatchRequest.from_args(args, [name for name in self._task.args if name not in DETACH])
         if detach:  # train.yml -e wait=false: the supervisor started, whatever train_wait says
             followed = self._follow(request, run, detach)

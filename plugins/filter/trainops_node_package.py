@@ -12,6 +12,9 @@ if _CORE not in sys.path:
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from trainops import node_package  # noqa: E402
 
+#: Where the archive of the checkout's version is kept between playbooks (git-ignored).
+CACHE = os.path.join(".cache", "node-package")
+
 
 def package_dir(project_dir: str) -> str:
     return os.path.join(project_dir, "plugins", "module_utils", "trainops")
@@ -35,7 +38,7 @@ def package(project_dir: str) -> dict[str, object]:
 def archive(project_dir: str, version: str | None = None) -> str:
     """The package's archive, refused when its files no longer hash to ``version`` (pinned by inputs.yml)."""
     try:
-        return node_package.archive(package_dir(project_dir), version)
+        return node_package.archive(package_dir(project_dir), version, os.path.join(project_dir, CACHE))
     except (node_package.PackageChanged, node_package.MissingLibrary) as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -133,6 +133,12 @@ options:
     description: Start the run's supervisor and return C(running) at once (train.yml C(-e wait=false)).
     type: bool
     default: false
+  notify:
+    description: The Apprise URLs the run's supervisor sends the run's events to (C(-e notify)); they may hold
+      tokens, so they go into the supervisor's request on its node and nowhere else.
+    type: list
+    elements: str
+    default: []
   run:
     description: The lifecycle's request (C(trainops.lifecycle.Lifecycle)), with C(options), C(run_started),
       C(resumes_from), C(checked_saves), C(health), and C(launched) (who started the first attempt's launches

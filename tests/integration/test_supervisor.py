@@ -115,9 +115,10 @@ CARD_EXPORTER = f"{node_package.ROOT}/current/trainops/node/card_exporter.py"
 
 
 class Webhook(http.server.ThreadingHTTPServer):
-    """Alertmanager's JSON webhook receiver on loopback: every notice it is sent, as posted."""
+    """A JSON webhook receiver (Alertmanager's on loopback; the supervisor's notifications, through Apprise's
+    json://, on the testbed network's gateway, which the node containers reach): every notice, as posted."""
 
-    def __init__(self) -> None:
+    def __init__(self, address: str = "127.0.0.1") -> None:
         self.notices: list[dict] = []
         received = self.notices
 
@@ -130,7 +131,7 @@ class Webhook(http.server.ThreadingHTTPServer):
             def log_message(self, *args) -> None:
                 pass
 
-        super().__init__(("127.0.0.1", 0), Handler)
+        super().__init__((address, 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
@@ -199,8 +200,11 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
     # test_megatron_defaults.py.
     stack = contextlib.ExitStack()
     webhook = stack.enter_context(monitoring_stack(tmp_path))
+    notices = Webhook("172.30.0.1")  # the run's own notifications (-e notify), sent by its supervisor
+    stack.callback(notices.shutdown)
+    notify = f"json://172.30.0.1:{notices.server_address[1]}/trainops"
     job = train_in_background("-e", "train_iters=100000", "-e", "train_wait=600", "-e", "max_restarts=1",
-                              "-e", f"exp={exp}", output=log)  # fmt: skip
+                              "-e", f"exp={exp}", "-e", f"notify={notify}", output=log)  # fmt: skip
     stack.callback(job.kill)
     with stack:
         # mid-run: the supervisor watches and this terminal follows it (its first progress line is printed)
@@ -306,6 +310,17 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         summary = json.loads((latest_run(exp) / "summary.json").read_text())
         assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]][:1] == [(1, "failed", "node2")]
         assert [a["attempt"] for a in summary["attempts"]] == [1, 2], summary["attempts"]
+
+        # the supervisor told the webhook, once each, while no controller followed: the run trains, the restart and
+        # why, the stop; the URL (it may hold a token) is in no line the controller printed
+        expected = [f"{exp}: the run trains", f"{exp}: attempt 1 failed, restarting", f"{exp}: the run stopped"]
+        wait_for(lambda: expected[-1] in [notice["title"] for notice in notices.notices], "the stop's notice", None,
+                 log, 60)  # fmt: skip
+        titles = [notice["title"] for notice in notices.notices]
+        assert [title for title in titles if title in expected] == expected, titles  # a straggler's may come too
+        restart = next(notice["message"] for notice in notices.notices if notice["title"] == expected[1])
+        assert "on node2" in restart, restart
+        assert notify not in log.read_text() + followed + stop.stdout
 
         # Prometheus scraped the run and the cards all along: every panel of the dashboard has data
         dashboard = json.loads((ROOT / "monitoring" / "grafana" / "trainops-dashboard.json").read_text())

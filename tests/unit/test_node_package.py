@@ -50,9 +50,15 @@ def test_the_package_holds_the_core_and_every_node_program_and_no_cache(tmp_path
     for program in ("checkpoint_scan", "run_groups", "rank_probe", "pack_logs", "smoke_train", "build_dataset",
                     "node_facts", "package_install"):  # fmt: skip
         assert f"trainops/node/{program}.py" in names
-    assert not [name for name in names if "__pycache__" in name or not name.endswith(".py")]
+    # Python files only (no cache, no compiled part of a library), and the one data file a library needs
+    assert [name for name in names if "__pycache__" in name or not name.endswith(".py")] == ["certifi/cacert.pem"]
+    assert not [name for name in names if name.endswith(".so")]
     # the libraries the node programs import, whatever the training image has: the supervisor's metrics
     assert "prometheus_client/__init__.py" in names and "prometheus_client/exposition.py" in names
+    # and its notifications (Apprise, with the JSON webhook's plugin and what it sends with)
+    assert {"apprise/__init__.py", "apprise/plugins/custom_json.py", "requests/api.py", "urllib3/__init__.py"} <= set(
+        names
+    )
     assert {name.split("/")[0] for name in names} == {"trainops", *node_package.LIBRARIES}
 
 
@@ -153,3 +159,18 @@ def test_a_version_used_again_is_current_and_one_a_live_process_runs_from_is_nev
     again = install(root, *versions[0], keep=1)
     assert json.loads(again.stdout) == {"version": versions[0][0], "installed": False, "pruned": [versions[2][0]]}
     assert os.readlink(root / "current") == versions[0][0]
+
+
+def test_the_archive_of_a_version_is_built_once_and_kept_alone_in_the_cache(tmp_path):
+    copy, cache = copy_package(tmp_path, "a"), tmp_path / "cache"
+    version = node_package.version(str(copy))
+    built = node_package.archive(str(copy), version, str(cache))
+    assert [p.name for p in cache.iterdir()] == [f"{version}.b64"] and (cache / f"{version}.b64").read_text() == built
+    # the pinned version's archive is what was built for it, even after an edit of the checkout
+    (copy / "watch.py").write_text((copy / "watch.py").read_text() + "# edited\n")
+    assert node_package.archive(str(copy), version, str(cache)) == built
+    newer = node_package.version(str(copy))
+    assert node_package.archive(str(copy), newer, str(cache)) != built
+    assert [p.name for p in cache.iterdir()] == [f"{newer}.b64"]  # the older version's archive is gone
+    with pytest.raises(node_package.PackageChanged):  # without a cached archive, an edit is refused as before
+        node_package.archive(str(copy), version, str(tmp_path / "empty"))

@@ -20,6 +20,7 @@ calls them installed.
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import hashlib
 import importlib.util
@@ -27,6 +28,7 @@ import io
 import os
 import sys
 import tarfile
+import tempfile
 
 #: Where the package is installed inside the training container.
 ROOT = "/opt/mtt-train-ops"
@@ -34,11 +36,18 @@ ROOT = "/opt/mtt-train-ops"
 KEEP = 8
 
 
-#: Third-party pure-Python libraries the node programs import, shipped in the package beside ``trainops`` so that a
-#: training image need not have them: prometheus-client (the run supervisor's metrics endpoint). Each is taken from
-#: beside the package when that is an installed version, else from where this Python imports it (on the
-#: controller: the venv of requirements.txt, so its pinned version is the one the nodes get).
-LIBRARIES = ("prometheus_client",)
+#: Third-party libraries the node programs import, shipped in the package beside ``trainops`` so that a training
+#: image need not have them: prometheus-client (the run supervisor's metrics endpoint, the card exporter), and
+#: Apprise with what it imports (the supervisor's notifications, -e notify). Each is taken from beside the package
+#: when that is an installed version, else from where this Python imports it (on the controller: the venv of
+#: requirements.txt, so its pinned version is the one the nodes get). Only their Python files go, so a library with
+#: an optional compiled part (PyYAML, charset-normalizer) runs as pure Python on any node's Python.
+LIBRARIES = (
+    "prometheus_client", "apprise", "requests", "urllib3", "idna", "charset_normalizer", "certifi",
+    "requests_oauthlib", "oauthlib", "yaml", "markdown",
+)  # fmt: skip
+#: The files beside the Python files that a library needs: certifi's CA bundle (HTTPS to a notification service).
+DATA = {"certifi": ("cacert.pem",)}
 
 
 class MissingLibrary(ValueError):
@@ -72,7 +81,7 @@ def _listing(package_dir: str) -> list[tuple[str, str]]:
         for directory, subdirs, names in os.walk(where):
             subdirs[:] = sorted(name for name in subdirs if name != "__pycache__")
             for name in names:
-                if name.endswith(".py"):
+                if name.endswith(".py") or name in DATA.get(top, ()):
                     path = os.path.join(directory, name)
                     found.append((os.path.join(top, os.path.relpath(path, where)), path))
     return sorted(found)
@@ -92,10 +101,29 @@ def version(package_dir: str) -> str:
     return digest.hexdigest()[:12]
 
 
-def archive(package_dir: str, expected: str | None = None) -> str:
+def archive(package_dir: str, expected: str | None = None, cache_dir: str | None = None) -> str:
     """The package as a gzipped tar, base64 text (what the installer reads on stdin); the same bytes each time.
     With ``expected`` (the version pinned when the playbook began), files that no longer hash to it are refused
-    (:class:`PackageChanged`): the checkout was edited meanwhile."""
+    (:class:`PackageChanged`): the checkout was edited meanwhile. With ``cache_dir`` too, the archive of that
+    version is kept there (the newest only) and read from there again: every playbook installs the same version
+    on every node, and building it takes about a second."""
+    cached = os.path.join(cache_dir, f"{expected}.b64") if cache_dir and expected else None
+    if cached and os.path.isfile(cached):
+        with open(cached, encoding="ascii") as handle:
+            return handle.read()
+    text = _archive(package_dir, expected)
+    if cached:
+        os.makedirs(cache_dir, exist_ok=True)
+        for old in os.listdir(cache_dir):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(cache_dir, old))
+        with tempfile.NamedTemporaryFile("w", dir=cache_dir, suffix=".tmp", delete=False, encoding="ascii") as tmp:
+            tmp.write(text)
+        os.replace(tmp.name, cached)  # whole or not there: two playbooks at once write the same bytes
+    return text
+
+
+def _archive(package_dir: str, expected: str | None) -> str:
     buffer, digest = io.BytesIO(), hashlib.sha256()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name, path in _listing(package_dir):
@@ -112,7 +140,7 @@ def archive(package_dir: str, expected: str | None = None) -> str:
             "run the playbook again"
         )
     # gzip's header dated 0, not now: the same files give the same bytes in any second
-    return base64.b64encode(gzip.compress(buffer.getvalue(), compresslevel=9, mtime=0)).decode()
+    return base64.b64encode(gzip.compress(buffer.getvalue(), compresslevel=6, mtime=0)).decode()
 
 
 class PackageChanged(ValueError):

@@ -93,6 +93,8 @@ class Option:
     fix: str = ""
     #: Where the docs say more.
     docs: str = "docs/options.md"
+    #: Its value may hold a token (a webhook's URL): never shown, in a refusal or anywhere else.
+    secret: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -287,7 +289,13 @@ OPTIONS: dict[str, Option] = {
            docs="docs/monitoring.md"),
         _o("alert_webhook_url", "url", "Where Alertmanager sends the alerts, as its JSON webhook (unset: it keeps "
            "them on its web page and API and sends none). It may hold a token: it is written only into the "
-           "monitoring host's alertmanager.yml and never printed.", ("monitoring",), docs="docs/monitoring.md"),
+           "monitoring host's alertmanager.yml and never printed.", ("monitoring",), docs="docs/monitoring.md",
+           secret=True),
+        _o("notify", "notify_urls", "Where the run's supervisor sends the run's events (started, milestones, a hang, "
+           "a node lost, a restart, a straggler, a save not verified, disk low, the end): one or more Apprise URLs "
+           "(Slack, DingTalk, WeCom, Feishu/Lark, e-mail, json://...), separated by commas. They may hold tokens: "
+           "never printed, kept only in the supervisor's request on its node.", ("train",),
+           docs="docs/monitoring.md", secret=True),
         # --- the launcher -----------------------------------------------------------------------------------------
         _o("launcher", "choice", "How train.yml starts a run and stop.yml ends it.", SLURM, "ssh",
            choices=("ssh", "slurm"), docs="docs/slurm.md"),
@@ -542,6 +550,8 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
     opt = OPTIONS[option] if isinstance(option, str) else option
     where = label(opt, source)
     shown = f"{where}={value.isoformat() if isinstance(value, datetime.date) else repr(value)}"
+    if opt.secret:
+        shown = f"{where} (its value is not shown: it may hold a token)"
 
     def bad(why: str) -> OptionError:
         return OptionError(f"{shown} {why}" + (f"; {opt.fix}" if opt.fix and "give" not in why else ""))
@@ -639,6 +649,22 @@ def convert(option: Option | str, value: Any, source: str = "-e", accelerators: 
         if not text.startswith("/"):
             raise bad("must be an absolute path on that host (it starts with '/')")
         return text
+    if kind == "notify_urls":
+        from .notify import unknown_urls, urls
+
+        found = urls(text)
+        if not all("://" in url for url in found):
+            raise bad("must be one or more Apprise URLs (service://...), separated by commas or spaces")
+        try:
+            unknown = unknown_urls(text)
+        except ImportError:
+            raise bad("cannot be checked: Apprise is not installed here; run make setup") from None
+        if unknown:
+            raise bad(
+                f"names a service Apprise does not know, or a URL it cannot read (URL {', '.join(map(str, unknown))}"
+                f" of {len(found)}): see https://github.com/caronc/apprise/wiki for each service's URL"
+            )
+        return " ".join(found)
     if kind == "url":
         scheme, _, rest = text.partition("://")
         if scheme not in ("http", "https") or not rest or rest.startswith("/"):
@@ -678,6 +704,7 @@ def _wanted(opt: Option) -> str:
         "controller_path": "a directory on the controller",
         "host_path": "an absolute path on that host",
         "url": "an http:// or https:// URL",
+        "notify_urls": "Apprise URLs separated by commas",
         "name": "a name (letters, digits, . _ + = @ -)",
         "model": "a preset name or an absolute .yml path",
         "slurm_time": "minutes (90) or [D-]HH:MM:SS",

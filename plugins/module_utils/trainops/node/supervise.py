@@ -104,8 +104,10 @@ def paths(run_dir: str) -> dict[str, str]:
     return {name: os.path.join(base, name) for name in names} | {"state": os.path.join(base, "run")}
 
 
-def write_json(path: str, value: object) -> None:
-    with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+def write_json(path: str, value: object, mode: int = 0o644) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(f"{path}.tmp")  # a temporary left by a killed writer keeps its mode: made anew with ``mode``
+    with open(os.open(f"{path}.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as handle:
         json.dump(value, handle)
     os.replace(f"{path}.tmp", path)
 
@@ -324,9 +326,13 @@ def receive(run_dir: str, payload: str) -> dict[str, object]:
         if name not in COPIED and not ATTEMPT_RECORD.fullmatch(name):
             continue
         os.makedirs(os.path.dirname(os.path.join(copy, name)), exist_ok=True)
-        with open(os.path.join(copy, f"{name}.tmp"), "w", encoding="utf-8") as handle:
+        temporary = os.path.join(copy, f"{name}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        mode = 0o600 if name == "request.json" else 0o644  # -e notify's URLs may hold tokens
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as handle:
             handle.write(text)
-        os.replace(os.path.join(copy, f"{name}.tmp"), os.path.join(copy, name))
+        os.replace(temporary, os.path.join(copy, name))
     write_json(os.path.join(copy, "copied.json"), {"from": sent["from"], "at": sent["at"]})
     return {"received": sorted(sent["files"])}
 
@@ -373,7 +379,8 @@ def move(run_dir: str, node: str) -> dict[str, object]:
             continue
         os.makedirs(os.path.dirname(os.path.join(base, name)), exist_ok=True)
         if name.endswith(".json"):
-            write_json(os.path.join(base, name), _with_supervisor(read_json(source), node))
+            write_json(os.path.join(base, name), _with_supervisor(read_json(source), node),
+                       mode=0o600 if name == "request.json" else 0o644)  # fmt: skip
         else:
             with open(source, encoding="utf-8") as handle, open(os.path.join(base, name), "w") as out:
                 out.write(handle.read())
@@ -491,12 +498,42 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     options = request["run"].get("options") or {}
     metrics = MetricsEndpoint(int(options.get("metrics_port") or 0), float(request["run"]["run_started"]), say)
     metrics.serve(first["plan"])
+    notifier = notifications(request["run"].get("notify") or [], files, say)
     try:
-        _run_steps(life, files, first, on_node, say, stopping, copy, metrics)
+        _run_steps(life, files, first, on_node, say, stopping, copy, Observers(metrics, notifier))
         copy(plan_now(), now=True)  # the run's end, in the copy too
     except Superseded as exc:
         say(f"supervisor: {exc}; this one ends and acts no more")
         write_json(files["superseded.json"], {"at": time.time(), "why": str(exc)})
+    finally:
+        if notifier:
+            notifier.close()  # the run's last events are sent before this process ends
+
+
+class Observers:
+    """Everything that reads the run after each probe and each step: the metrics endpoint and the notifier."""
+
+    def __init__(self, *observers) -> None:
+        self.observers = [observer for observer in observers if observer is not None]
+
+    def update(self, plan: dict, watch: dict | None, view: dict, state: dict) -> None:
+        for observer in self.observers:
+            observer.update(plan, watch, view, state)
+
+
+def notifications(urls: list[str], files: dict[str, str], say):
+    """The run's notifier (-e notify), or None without one; Apprise not importable here is said once."""
+    if not urls:
+        return None
+    from trainops.notify import Notifier, apprise_sender, sent_path
+
+    try:
+        send = apprise_sender(urls)
+    except ImportError as exc:
+        say(f"supervisor: notifications cannot be sent ({exc}): this run sends none")
+        return None
+    say(f"supervisor: notifications go to {len(urls)} target(s) of -e notify")
+    return Notifier(send, sent_path(files["state"]), say)
 
 
 def _run_steps(life, files, first, on_node, say, stopping, copy, metrics) -> None:
@@ -561,7 +598,9 @@ def _run_steps(life, files, first, on_node, say, stopping, copy, metrics) -> Non
             life.after_attempt()
         else:
             break
-    write_json(files["result.json"], {"attempt": life.view(), "watch": life.last_watch()})
+    view = life.view()
+    metrics.update(view["plan"], life.last_watch(), view, life.attempts.state)  # the run's end, observed
+    write_json(files["result.json"], {"attempt": view, "watch": life.last_watch()})
 
 
 def start(run_dir: str, request_text: str) -> dict[str, object]:
@@ -577,7 +616,7 @@ def start(run_dir: str, request_text: str) -> dict[str, object]:
         return {"pid": recorded_pid(files), "started": False, "ended": False}
     taken_up_from = recorded_pid(files)
     if not (taken_up_from and os.path.exists(files["request.json"])):  # a run's first start: its request kept
-        write_json(files["request.json"], json.loads(request_text))
+        write_json(files["request.json"], json.loads(request_text), mode=0o600)  # -e notify's URLs may hold tokens
     reader, writer = os.pipe()
     sys.stdout.flush()
     if os.fork() == 0:  # the supervisor: its own session, detached from this exec's output; it keeps the lock
