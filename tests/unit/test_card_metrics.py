@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from metric_samples import documented_labels
 from prometheus_client.parser import text_string_to_metric_families
 from trainops import card_metrics
 
@@ -108,13 +109,10 @@ def test_a_driver_with_only_the_table_and_a_tool_that_fails():
 
 
 def test_names_follow_prometheus_conventions_and_the_docs_list_each_with_its_labels():
-    docs = (ROOT / "docs" / "monitoring.md").read_text()
     for metric in card_metrics.METRICS:
         assert re.fullmatch(r"trainops_card_[a-z_]+", metric.name) and metric.kind == "gauge", metric.name
         assert not metric.name.endswith("_total") and set(metric.labels) <= LABELS
-        row = re.search(rf"^\| `{metric.name}` \| {metric.kind} \| ([^|]+) \|", docs, re.M)
-        assert row, f"docs/monitoring.md has no row for {metric.name}"
-        assert [label.strip(" `") for label in row.group(1).split(",")] == list(metric.labels), metric.name
+        assert documented_labels(metric.name, metric.kind) == list(metric.labels), metric.name
 
 
 def _free_port() -> int:

@@ -10,21 +10,10 @@ import threading
 import time
 
 import pytest
+from metric_samples import HOSTS, watched
 from presets import load_preset, make_plan
 from trainops import notify
 from trainops.options import OptionError, convert
-from trainops.watch import Watcher, WatchRequest
-
-HOSTS = [
-    {"name": "node1", "ansible_host": "127.0.0.1", "slots": 2, "accelerator": "cpu"},
-    {"name": "node2", "ansible_host": "127.0.0.2", "slots": 2, "accelerator": "cpu"},
-]
-LINE = (
-    "[2026-11-30 06:00:42.457] iteration       12/      20 | consumed samples:           96 | elapsed time per "
-    "iteration (ms): 250.0 | throughput per GPU (TFLOP/s/GPU): 0.5 | learning rate: 3.000000E-03 | global "
-    "batch size:     8 | lm loss: 5.520555E+00 | loss scale: 1.0 | grad norm: 0.353 | number of skipped "
-    "iterations:   0 | number of nan iterations:   0 |\n"
-)
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +21,6 @@ def plan():
     layout = {"train_iters": 20, "seq_length": 256, "gbs": 8, "precision": "bf16"}
     made = make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=layout, run_id="r1", exp_name="notes")
     return dict(made, checkpoint_bytes=2**30)
-
-
-def watched(plan) -> dict:
-    """A watch's result after one probe that read iteration 12 of 20."""
-    watcher = Watcher(WatchRequest(plan=plan, probe="/w/probe.sh", programs="/w"), started=0.0)
-    size = len(LINE.encode())
-    nodes = "node\tnode1\trunning\t11\nnode\tnode2\trunning\t12\n"
-    watcher.on_probe({"rc": 0, "stdout": f"{nodes}log\t/w/logs/rank3.log\t{size}\t{size}\t0\t0\n{LINE}"}, now=30.0)
-    return watcher.result(40.0)
 
 
 class Receiver(http.server.ThreadingHTTPServer):

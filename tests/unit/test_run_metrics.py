@@ -11,23 +11,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from metric_samples import HOSTS, documented_labels, watched
 from presets import load_preset, make_plan
 from prometheus_client.parser import text_string_to_metric_families
 from trainops import run_metrics
-from trainops.watch import Watcher, WatchRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "plugins" / "module_utils" / "trainops" / "node"
-HOSTS = [
-    {"name": "node1", "ansible_host": "127.0.0.1", "slots": 2, "accelerator": "cpu"},
-    {"name": "node2", "ansible_host": "127.0.0.2", "slots": 2, "accelerator": "cpu"},
-]
-LINE = (
-    "[2026-11-30 06:00:42.457] iteration       12/      20 | consumed samples:           96 | elapsed time per "
-    "iteration (ms): 250.0 | throughput per GPU (TFLOP/s/GPU): 0.5 | learning rate: 3.000000E-03 | global "
-    "batch size:     8 | lm loss: 5.520555E+00 | loss scale: 1.0 | grad norm: 0.353 | number of skipped "
-    "iterations:   0 | number of nan iterations:   0 |\n"
-)
 LABELS = {"exp", "run_id", "state", "node", "rank"}
 
 
@@ -40,11 +30,7 @@ def plan():
 
 def _watched(plan) -> dict:
     """A watch's result after one probe that read iteration 12."""
-    watcher = Watcher(WatchRequest(plan=plan, probe="/w/probe.sh", programs="/w"), started=0.0)
-    size = len(LINE.encode())
-    nodes = "node\tnode1\trunning\t11\nnode\tnode2\trunning\t12\n"
-    watcher.on_probe({"rc": 0, "stdout": f"{nodes}log\t/w/logs/rank3.log\t{size}\t{size}\t0\t0\n{LINE}"}, now=30.0)
-    result = watcher.result(40.0)
+    result = watched(plan)
     result["checkpoints"] = {
         "saves": [
             {"iteration": 5, "verdict": "verified", "mtime": 900.0},
@@ -106,14 +92,11 @@ def test_the_run_state_follows_the_attempt_and_the_decision(outcome, next_step, 
 
 
 def test_names_follow_prometheus_conventions_and_the_docs_list_each_with_its_labels():
-    docs = (ROOT / "docs" / "monitoring.md").read_text()
     for metric in run_metrics.METRICS:
         assert re.fullmatch(r"trainops_[a-z_]+", metric.name), metric.name
         assert metric.name.endswith("_total") == (metric.kind == "counter"), metric.name
         assert set(metric.labels) <= LABELS and metric.labels[:2] == ("exp", "run_id")
-        row = re.search(rf"^\| `{metric.name}` \| {metric.kind} \| ([^|]+) \|", docs, re.M)
-        assert row, f"docs/monitoring.md has no row for {metric.name}"
-        assert [label.strip(" `") for label in row.group(1).split(",")] == list(metric.labels), metric.name
+        assert documented_labels(metric.name, metric.kind) == list(metric.labels), metric.name
 
 
 def _free_port() -> int:
