@@ -202,7 +202,8 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
     webhook = stack.enter_context(monitoring_stack(tmp_path))
     notices = Webhook("172.30.0.1")  # the run's own notifications (-e notify), sent by its supervisor
     stack.callback(notices.shutdown)
-    notify = f"json://172.30.0.1:{notices.server_address[1]}/trainops"
+    token = "T0K3N-" + os.urandom(6).hex()  # a webhook's URL is a credential (issue 36 item 8)
+    notify = f"json://172.30.0.1:{notices.server_address[1]}/trainops/{token}"
     job = train_in_background("-e", "train_iters=100000", "-e", "train_wait=600", "-e", "max_restarts=1",
                               "-e", f"exp={exp}", "-e", f"notify={notify}", output=log)  # fmt: skip
     stack.callback(job.kill)
@@ -320,7 +321,16 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         assert [title for title in titles if title in expected] == expected, titles  # a straggler's may come too
         restart = next(notice["message"] for notice in notices.notices if notice["title"] == expected[1])
         assert "on node2" in restart, restart
-        assert notify not in log.read_text() + followed + stop.stdout
+        # the token is in no file the run left, on the controller or a node, but the supervisor's request (root's)
+        printed = log.read_text() + followed + stop.stdout + (tmp_path / "follow-1.out").read_text()
+        assert token not in printed
+        assert not subprocess.run(["grep", "-rl", token, str(ROOT / "runs"), str(tmp_path)], capture_output=True,
+                                  text=True).stdout  # fmt: skip
+        for node in ("node1", "node2"):
+            holding = in_container(node, f"grep -rl {token} /data /opt /tmp /root 2>/dev/null; true").stdout.split()
+            assert holding == ([f"{p}/request.json" for p in in_container(node, f"ls -d {supervisor}").stdout.split()]
+                               if node == "node1" else []), (node, holding)  # fmt: skip
+        assert in_container("node1", f"stat -c %a {supervisor}/request.json").stdout.split() == ["600"]
 
         # Prometheus scraped the run and the cards all along: every panel of the dashboard has data
         dashboard = json.loads((ROOT / "monitoring" / "grafana" / "trainops-dashboard.json").read_text())

@@ -13,6 +13,7 @@ slows or fails the run, and its failure is said once in the supervisor's events.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import threading
@@ -159,7 +160,7 @@ class Notifier:
             try:
                 error = self.send(event)
             except Exception as exc:  # noqa: BLE001 - a target's failure is the target's, never the run's
-                error = repr(exc)
+                error = type(exc).__name__  # its message may hold the URL, and so a token
             # kept once tried: a supervisor taken up again does not send it again (one killed before it tried
             # sends it then: an event is never lost to a restart of the supervisor, and rarely sent twice)
             self.sent.add(event.key)
@@ -183,6 +184,9 @@ def apprise_sender(urls: Sequence[str]) -> Callable[[Event], str | None]:
     URLs: they may hold tokens)."""
     import apprise
 
+    # Apprise logs a failed send with its URL (a token): its log goes nowhere, and a failure is said without it
+    logger = logging.getLogger("apprise")
+    logger.handlers, logger.propagate = [logging.NullHandler()], False
     targets = apprise.Apprise()
     for url in urls:
         targets.add(url)

@@ -477,8 +477,9 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     def stopping() -> dict[str, object] | None:
         return stop_request(files)
 
-    life = Lifecycle(run_dir, dict(request["run"], plan=first["plan"], programs=first["programs"]), on_node, say,
-                     stopping)  # fmt: skip
+    # -e notify's URLs (tokens) stay in request.json and the notifier: never in the run's state, which is collected
+    run = {key: value for key, value in request["run"].items() if key != "notify"}
+    life = Lifecycle(run_dir, dict(run, plan=first["plan"], programs=first["programs"]), on_node, say, stopping)
     moved = read_json(files["moved.json"])
     if isinstance(moved, dict) and first_here:  # moved here, and started here for the first time
         copied = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(moved.get("copied_at") or 0)))
