@@ -26,6 +26,7 @@ from testbed import (
     INVENTORY,
     ROOT,
     TP2_PP2,
+    Webhook,
     clean_experiment,
     docker,
     env,
@@ -266,7 +267,10 @@ def test_a_killed_megatron_rank_restarts_from_the_newest_verified_save_and_falls
     exp = "megatron-restart"
     clean_experiment(exp)
     saves = ("-e", json.dumps({"training": {"save_interval": 5, "eval_iters": 0}}))
-    job = _train("-e", "tp=1", "-e", "pp=2", "-e", "train_iters=40", "-e", f"exp={exp}", "-e", "max_restarts=2", *saves)
+    notices = Webhook("172.30.0.1")  # the run's notifications (-e notify), sent by its supervisor through Apprise
+    notify = f"json://172.30.0.1:{notices.server_address[1]}/megatron"
+    job = _train("-e", "tp=1", "-e", "pp=2", "-e", "train_iters=40", "-e", f"exp={exp}", "-e", "max_restarts=2",
+                 "-e", f"notify={notify}", *saves)  # fmt: skip
     directory = f"/data/mtt-train-ops/checkpoints/{exp}"
     try:
         wait_for_checkpoint(exp, 15, timeout=300)
@@ -300,6 +304,20 @@ def test_a_killed_megatron_rank_restarts_from_the_newest_verified_save_and_falls
     assert (first["node"], first["rank"]) == ("node2", 3) and "SIGKILL" in first["cause"], first
     assert second["resumed_from"] == spoiled and second["save_failure"].startswith("did not load"), second
     assert third["resumed_from"] == fallback and third["state"] == "finished" and third["save_failure"] is None
+    # the supervisor told the webhook each event once: the run trains, the milestones, the save set aside, each
+    # restart and why, the end
+    deadline = time.monotonic() + 60
+    while f"{exp}: the run finished" not in [notice["title"] for notice in notices.notices]:
+        assert time.monotonic() < deadline, [notice["title"] for notice in notices.notices]
+        time.sleep(1)
+    notices.shutdown()
+    titles = [notice["title"] for notice in notices.notices]
+    assert titles[0] == f"{exp}: the run trains" and titles[-1] == f"{exp}: the run finished", titles
+    assert len(titles) == len(set(titles)), titles
+    assert {f"{exp}: attempt 1 failed, restarting", f"{exp}: attempt 2 failed, restarting", f"{exp}: 75% trained",
+            f"{exp}: the save of iteration {newest} is not verified"} <= set(titles), titles  # fmt: skip
+    restart = next(n["message"] for n in notices.notices if n["title"] == f"{exp}: attempt 1 failed, restarting")
+    assert "on node2" in restart and "SIGKILL" in restart, restart
     # the last attempt's ranks say, in Megatron's own words, that they loaded the save it fell back to
     loaded = re.compile(rf"successfully loaded checkpoint from \S*/checkpoints/{exp} .* at iteration {fallback}\b")
     assert any(loaded.search(p.read_text()) for p in (run_dir / "node1").rglob("stdout.log"))

@@ -16,14 +16,12 @@ their ranks trained on unwatched.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -38,6 +36,7 @@ from testbed import (
     BIN,
     INVENTORY,
     ROOT,
+    Webhook,
     clean_experiment,
     env,
     in_container,
@@ -112,27 +111,6 @@ PROMETHEUS, ALERTMANAGER = 19090, 19093
 MONITORING = ("-e", "scrape_interval_s=1", "-e", f"prometheus_port={PROMETHEUS}",
               "-e", f"alertmanager_port={ALERTMANAGER}")  # fmt: skip
 CARD_EXPORTER = f"{node_package.ROOT}/current/trainops/node/card_exporter.py"
-
-
-class Webhook(http.server.ThreadingHTTPServer):
-    """A JSON webhook receiver (Alertmanager's on loopback; the supervisor's notifications, through Apprise's
-    json://, on the testbed network's gateway, which the node containers reach): every notice, as posted."""
-
-    def __init__(self, address: str = "127.0.0.1") -> None:
-        self.notices: list[dict] = []
-        received = self.notices
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        super().__init__((address, 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 @contextlib.contextmanager

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -224,3 +226,24 @@ def tp2_pp2_run() -> tuple[subprocess.CompletedProcess, Path]:
     clean_experiment(TP2_PP2_EXP)
     result = playbook("train.yml", *TP2_PP2)
     return result, latest_run(TP2_PP2_EXP) if result.returncode == 0 else ROOT / "runs" / TP2_PP2_EXP
+
+
+class Webhook(http.server.ThreadingHTTPServer):
+    """A JSON webhook receiver (Alertmanager's on loopback; the supervisor's notifications, through Apprise's
+    json://, on the testbed network's gateway, which the node containers reach): every notice, as posted."""
+
+    def __init__(self, address: str = "127.0.0.1") -> None:
+        self.notices: list[dict] = []
+        received = self.notices
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__((address, 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
