@@ -67,6 +67,7 @@ def test_each_filter_file_keeps_to_one_concern_and_imports_the_core_it_wraps():
         "trainops_checkpoints",
         "trainops_cluster",
         "trainops_health",
+        "trainops_monitoring",
         "trainops_provision",
         "trainops_render",
         "trainops_node_package",

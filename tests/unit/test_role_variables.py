@@ -56,7 +56,7 @@ def _defined(role: str) -> set[str]:
     if specs.is_file():
         for entry in (yaml.safe_load(specs.read_text())["argument_specs"] or {}).values():
             names |= set(entry.get("options") or {})
-    for path in (base / "tasks").glob("*.yml"):
+    for path in [*(base / "tasks").glob("*.yml"), *(base / "handlers").glob("*.yml")]:
         names |= _task_names(yaml.safe_load(path.read_text()))
     return names
 

@@ -367,8 +367,8 @@ def _documentation() -> dict:
 
 def test_documentation_states_the_watch_request():
     documented = _documentation()["options"]
-    assert list(documented)[-2:] == ["detach", "run"]  # the action's own, after the request's
-    documented = {name: option for name, option in documented.items() if name not in ("detach", "run")}
+    assert list(documented)[-3:] == ["detach", "notify", "run"]  # the action's own, after the request's
+    documented = {name: option for name, option in documented.items() if name not in ("detach", "notify", "run")}
     stated = {name: {k: v for k, v in option.items() if k != "description"} for name, option in documented.items()}
     assert stated == WatchRequest.argument_spec()
     assert list(stated) == list(WatchRequest.argument_spec()), "the documentation lists the options in field order"
