@@ -10,10 +10,11 @@ training container, on every address of the node, for as long as the container r
     python3 card_exporter.py serve --node NAME --device-tool TOOL --port PORT [--interval S]
         the exporter itself, in the foreground
 
-Every ``--interval`` seconds (10) a thread queries the device tool (its full query, and its process listing), and
-each scrape serves the last reading: a scrape never waits for the tool, and a tool that hangs shows as a reading that
-grows old (``trainops_card_query_timestamp_seconds``) and, after its timeout, ``trainops_card_query_up 0``. Its
-files, under DIR: ``lock`` (held while it lives), ``state.json`` (its pid and options), ``log``.
+Every ``--interval`` seconds (10) it queries the device tool (its full query, and its process listing), while
+prometheus-client's server thread answers each scrape with the last reading: a scrape never waits for the tool, and
+a tool that hangs shows as a reading that grows old (``trainops_card_query_timestamp_seconds``) and, after its
+timeout, ``trainops_card_query_up 0``. Its files, under DIR: ``lock`` (held while it lives), ``state.json`` (its
+pid and options), ``log``.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ class CardCollector:
 
 
 def serve(node: str, tool: str, port: int, interval: float, ready=None) -> None:
-    """Serve until killed. ``ready(error)`` is called once: with None when the port is taken, else with why not."""
+    """Serve until killed. ``ready(answer)`` is called once: with what the first reading found (``cards``,
+    ``errors``) once the port is taken, or with ``error`` when it cannot be."""
     import prometheus_client
     from prometheus_client.core import CollectorRegistry
 
