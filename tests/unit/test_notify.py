@@ -62,14 +62,17 @@ def test_the_events_of_a_watch_and_of_an_attempts_end(plan):
     assert kinds["started"].body.startswith("notes r1: iteration 12/20 on node1, node2 (attempt 1), 0.25 s per")
     assert kinds["milestone:50"].body == "notes r1: iteration 12/20, lm loss 5.521"
     watch = dict(watch, stragglers=[{"node": "node2", "rank": 3, "ratio": 1.9}],
-                 checkpoints={"saves": [{"iteration": 10, "name": "iter_0000010", "verdict": "unverified",
-                                         "reasons": ["shard 3 of 4 is missing"]}],
+                 checkpoints={"saves": [{"iteration": 10, "name": "iter_0000010", "verdict": "bad",
+                                         "reasons": ["shard 3 of 4 is missing"]},
+                                        {"iteration": 12, "name": "iter_0000012", "verdict": "pending",
+                                         "reasons": ["newer than the tracker: being written"]}],
                               "disk": {"free_bytes": 1.5 * 2**30}},
                  hang={"confidence": "high", "finding": "node2 rank 3 is stopped", "last_iteration": 12,
                        "seconds_since_progress": 95.0, "evidence": "/runs/notes/r1/hang",
                        "culprits": [{"node": "node2", "rank": 3, "local_rank": 1, "reason": "stopped (SIGSTOP)",
                                      "where": "all_reduce (torch/distributed/distributed_c10d.py:2501)"}]})  # fmt: skip
     restart = {"number": 1, "outcome": {"state": "failed", "kind": "hang", "node": "node2", "reason": "rank 3 hung"},
+               "cause": "node2 rank 3 (local rank 1): Signal 9 (SIGKILL) received by PID 4564",
                "decision": {"reason": "a restart is left (1 of 1)"}, "next": "relaunch"}  # fmt: skip
     found = {event.key: event for event in notify.events(plan, watch, restart)}
     assert list(found)[2:] == ["hang:1", "straggler:1:node2:3", "unverified:iter_0000010", "disk:1", "restart:1"]
@@ -77,8 +80,9 @@ def test_the_events_of_a_watch_and_of_an_attempts_end(plan):
         found["hang:1"].body
     )
     assert found["hang:1"].level == "failure" and "evidence: /runs/notes/r1/hang" in found["hang:1"].body
-    assert found["restart:1"].body == ("notes r1: attempt 1 ended hang on node2: rank 3 hung. Attempt 2 follows: a "
-                                       "restart is left (1 of 1)")  # fmt: skip
+    assert found["restart:1"].body == ("notes r1: attempt 1 ended hang on node2: node2 rank 3 (local rank 1): Signal "
+                                       "9 (SIGKILL) received by PID 4564. Attempt 2 follows: a restart is left (1 "
+                                       "of 1)")  # fmt: skip
     assert "shard 3 of 4 is missing" in found["unverified:iter_0000010"].body
     assert "1.5 GiB free where checkpoints go, a save takes 1.0 GiB" in found["disk:1"].body
     lost = {"number": 2, "outcome": {"state": "failed", "kind": "lost", "node": "node2", "reason": "no answer"},

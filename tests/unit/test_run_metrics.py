@@ -35,7 +35,8 @@ def _watched(plan) -> dict:
         "saves": [
             {"iteration": 5, "verdict": "verified", "mtime": 900.0},
             {"iteration": 10, "verdict": "verified", "mtime": 950.0},
-            {"iteration": 11, "verdict": "unverified", "mtime": 960.0},
+            {"iteration": 11, "verdict": "bad", "mtime": 960.0},
+            {"iteration": 12, "verdict": "pending", "mtime": 990.0},  # being written: not counted
         ],
         "disk": {"level": "warn", "line": "...", "free_bytes": 1500, "checkpoint_bytes": 1000},
     }

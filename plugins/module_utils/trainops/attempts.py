@@ -92,8 +92,8 @@ class Attempts:
         self.on_save()
 
     def view(self) -> dict[str, Any]:
-        """The current attempt as the playbook reads it: number, plan, outcome, decision, next, lost, message, and
-        the plan of the next attempt (its nodes are set aside and checked before it begins)."""
+        """The current attempt as the playbook reads it: number, plan, outcome, cause, decision, next, lost, message,
+        and the plan of the next attempt (its nodes are set aside and checked before it begins)."""
         current = self.current
         step = current.get("next_step", "end")
         return {
@@ -101,6 +101,8 @@ class Attempts:
             "plan": current["plan"],
             "resumes_from": current["resumes_from"],
             "outcome": current.get("outcome"),
+            # the judged cause of a failed attempt, from its gathered logs (the outcome's reason is what the watch saw)
+            "cause": current.get("cause"),
             "decision": current.get("decision"),
             "next": step,
             "next_plan": (self.state["next"] or current["plan"]) if step in ("relaunch", "replan") else None,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .checkpoints import VERIFIED
+from .checkpoints import BAD
 from .records import write_json
 from .run_metrics import run_state
 
@@ -74,7 +74,7 @@ def events(plan: Mapping[str, Any], watch: Mapping[str, Any] | None, view: Mappi
                            f"{exp}: {where} is a straggler", body))  # fmt: skip
     checkpoints = watch.get("checkpoints") or {}
     for save in checkpoints.get("saves") or []:
-        if isinstance(save, Mapping) and save.get("verdict") not in (None, VERIFIED):
+        if isinstance(save, Mapping) and save.get("verdict") == BAD:  # not a save still being written (pending)
             why = "; ".join(str(reason) for reason in save.get("reasons") or []) or save["verdict"]
             body = f"{run}: {why}. A restart resumes from an older verified save (docs/checkpoints.md)"
             title = f"{exp}: the save of iteration {save.get('iteration')} is not verified"
@@ -109,7 +109,8 @@ def _ending(view: Mapping[str, Any], number: int, run: str, exp: str, iteration:
     if outcome.get("state") in (None, "running"):
         return []
     state, found = run_state(None, view), []
-    reason = outcome.get("reason") or (view.get("decision") or {}).get("reason") or ""
+    # the cause judged from the gathered logs, else what the watch saw
+    reason = view.get("cause") or outcome.get("reason") or (view.get("decision") or {}).get("reason") or ""
     where = f" on {outcome['node']}" if outcome.get("node") else ""
     ended = f"attempt {number} ended {outcome.get('kind') or state}{where}: {reason}"
     if outcome.get("kind") == "lost":

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checkpoints import VERIFIED
+from .checkpoints import BAD, VERIFIED
 
 #: The run states of ``trainops_run_state`` (one series each, 1 for the current one).
 STATES = ("starting", "running", "restarting", "finished", "failed", "stopped")
@@ -143,9 +143,8 @@ def families(
         values["trainops_checkpoint_verified_iteration"] = float(newest["iteration"])
         written = _number(newest.get("mtime"))
         values["trainops_checkpoint_verified_age_seconds"] = max(0.0, now - written) if written else None
-    values["trainops_checkpoint_unverified_saves"] = float(
-        len([save for save in saves if save.get("verdict") not in (None, VERIFIED)])
-    )
+    # saves the verification does not trust (bad), not those still being written (pending)
+    values["trainops_checkpoint_unverified_saves"] = float(len([save for save in saves if save.get("verdict") == BAD]))
     disk = checkpoints.get("disk") or {}
     values["trainops_checkpoint_disk_free_bytes"] = _number(disk.get("free_bytes"))
     values["trainops_checkpoint_bytes"] = _number(plan.get("checkpoint_bytes"))
