@@ -88,6 +88,19 @@ def test_the_events_of_a_watch_and_of_an_attempts_end(plan):
     lost = {"number": 2, "outcome": {"state": "failed", "kind": "lost", "node": "node2", "reason": "no answer"},
             "next": "end"}  # fmt: skip
     assert [(e.key, e.kind) for e in notify.events(plan, None, lost)] == [("lost:2", "lost"), ("end", "failed")]
+    stopped = {
+        "number": 2,
+        "outcome": {
+            "state": "failed",
+            "kind": "stopped",
+            "reason": "stop.yml asked the run's supervisor to stop the run",
+        },
+        "cause": "node1: SignalException: got signal: 15",
+        "next": "end",
+    }
+    (end,) = notify.events(plan, None, stopped)
+    assert (end.kind, end.level, end.title) == ("stopped", "info", "notes: the run stopped")
+    assert "ended stopped: stop.yml asked the run's supervisor to stop the run." in end.body  # not the ranks' signal
     done = {"number": 1, "outcome": {"state": "finished"}, "next": "end"}
     (end,) = notify.events(plan, None, done)
     assert (end.key, end.kind, end.level) == ("end", "finished", "success")

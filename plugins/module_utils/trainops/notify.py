@@ -109,8 +109,9 @@ def _ending(view: Mapping[str, Any], number: int, run: str, exp: str, iteration:
     if outcome.get("state") in (None, "running"):
         return []
     state, found = run_state(None, view), []
-    # the cause judged from the gathered logs, else what the watch saw
-    reason = view.get("cause") or outcome.get("reason") or (view.get("decision") or {}).get("reason") or ""
+    # the cause judged from the gathered logs, else what the watch saw; a stop is stop.yml's, whatever the ranks said
+    judged = None if outcome.get("kind") == "stopped" else view.get("cause")
+    reason = judged or outcome.get("reason") or (view.get("decision") or {}).get("reason") or ""
     where = f" on {outcome['node']}" if outcome.get("node") else ""
     ended = f"attempt {number} ended {outcome.get('kind') or state}{where}: {reason}"
     if outcome.get("kind") == "lost":
