@@ -86,7 +86,9 @@ def test_the_events_of_a_watch_and_of_an_attempts_end(plan):
     assert "shard 3 of 4 is missing" in found["unverified:iter_0000010"].body
     assert "1.5 GiB free where checkpoints go, a save takes 1.0 GiB" in found["disk:1"].body
     lost = {"number": 2, "outcome": {"state": "failed", "kind": "lost", "node": "node2", "reason": "no answer"},
-            "next": "end"}  # fmt: skip
+            "decision": {"reason": "no restart left"}, "next": "end"}  # fmt: skip
+    judging = dict(lost, decision=None)  # ended, not yet judged: nothing is said of what comes next
+    assert notify.events(plan, None, judging) == []
     assert [(e.key, e.kind) for e in notify.events(plan, None, lost)] == [("lost:2", "lost"), ("end", "failed")]
     stopped = {
         "number": 2,
@@ -96,12 +98,13 @@ def test_the_events_of_a_watch_and_of_an_attempts_end(plan):
             "reason": "stop.yml asked the run's supervisor to stop the run",
         },
         "cause": "node1: SignalException: got signal: 15",
+        "decision": {"reason": "stop.yml stopped the run"},
         "next": "end",
     }
     (end,) = notify.events(plan, None, stopped)
     assert (end.kind, end.level, end.title) == ("stopped", "info", "notes: the run stopped")
     assert "ended stopped: stop.yml asked the run's supervisor to stop the run." in end.body  # not the ranks' signal
-    done = {"number": 1, "outcome": {"state": "finished"}, "next": "end"}
+    done = {"number": 1, "outcome": {"state": "finished"}, "decision": {"reason": "attempt 1 finished"}, "next": "end"}
     (end,) = notify.events(plan, None, done)
     assert (end.key, end.kind, end.level) == ("end", "finished", "success")
 
@@ -117,7 +120,8 @@ def test_each_event_is_sent_once_through_apprise_and_a_supervisor_taken_up_sends
     assert [post["title"] for post in receiver.posted] == ["notes: the run trains", "notes: 50% trained"]
     assert receiver.posted[1]["type"] == "info" and receiver.posted[1]["message"].startswith("notes r1: iteration 12")
     again = notify.Notifier(notify.apprise_sender([receiver.url]), sent_path, said.append)
-    again.update(plan, watch, {"number": 1, "outcome": {"state": "finished"}, "next": "end"}, {})
+    finished = {"number": 1, "outcome": {"state": "finished"}, "decision": {"retry": False}, "next": "end"}
+    again.update(plan, watch, finished, {})
     again.close()
     assert [post["title"] for post in receiver.posted][2:] == ["notes: the run finished"] and said == []
     receiver.shutdown()
@@ -128,7 +132,8 @@ def test_a_failing_or_hanging_target_never_holds_the_run_and_is_said_once(plan, 
     notifier = notify.Notifier(notify.apprise_sender([failing.url]), str(tmp_path / "a.json"), said.append)
     started = time.monotonic()
     notifier.update(plan, watched(plan), {"number": 1}, {})
-    notifier.update(plan, None, {"number": 1, "outcome": {"state": "finished"}, "next": "end"}, {})
+    notifier.update(plan, None, {"number": 1, "outcome": {"state": "finished"}, "decision": {"retry": False},
+                                 "next": "end"}, {})  # fmt: skip
     assert time.monotonic() - started < 0.5  # the observation only queues; the sending thread waits for targets
     notifier.close()
     assert len(failing.posted) == 3 and len(said) == 1, said  # tried each time, said once

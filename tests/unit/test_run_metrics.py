@@ -83,13 +83,15 @@ def test_before_the_first_iteration_only_what_is_known_is_served(plan):
 
 @pytest.mark.parametrize(
     ("outcome", "next_step", "state"),
-    [({"state": "failed", "kind": "exited"}, "relaunch", "restarting"),
+    [({"state": "failed", "kind": "exited"}, None, "judging"),
+     ({"state": "failed", "kind": "exited"}, "relaunch", "restarting"),
      ({"state": "failed", "kind": "exited"}, "end", "failed"),
      ({"state": "failed", "kind": "stopped"}, "end", "stopped"),
      ({"state": "finished"}, "end", "finished")],
 )  # fmt: skip
 def test_the_run_state_follows_the_attempt_and_the_decision(outcome, next_step, state):
-    assert run_metrics.run_state({}, {"outcome": outcome, "next": next_step}) == state
+    decided = {"decision": {"reason": "the core's"}, "next": next_step} if next_step else {"next": "end"}
+    assert run_metrics.run_state({}, {"outcome": outcome, **decided}) == state
 
 
 def test_names_follow_prometheus_conventions_and_the_docs_list_each_with_its_labels():

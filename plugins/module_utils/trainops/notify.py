@@ -106,8 +106,8 @@ def _hang(finding: Mapping[str, Any], run: str, exp: str, number: int) -> Event:
 def _ending(view: Mapping[str, Any], number: int, run: str, exp: str, iteration: Any, planned: Any) -> list[Event]:
     """The attempt's end, and what the supervisor does next."""
     outcome = view.get("outcome") or {}
-    if outcome.get("state") in (None, "running"):
-        return []
+    if outcome.get("state") in (None, "running") or not view.get("decision"):
+        return []  # running, or ended and being judged: what comes next is not decided yet
     state, found = run_state(None, view), []
     # the cause judged from the gathered logs, else what the watch saw; a stop is stop.yml's, whatever the ranks said
     judged = None if outcome.get("kind") == "stopped" else view.get("cause")

@@ -19,7 +19,7 @@ from typing import Any
 from .checkpoints import BAD, VERIFIED
 
 #: The run states of ``trainops_run_state`` (one series each, 1 for the current one).
-STATES = ("starting", "running", "restarting", "finished", "failed", "stopped")
+STATES = ("starting", "running", "judging", "restarting", "finished", "failed", "stopped")
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,8 @@ def run_state(watch: Mapping[str, Any] | None, view: Mapping[str, Any] | None) -
     if state == "failed":
         if outcome.get("kind") == "stopped":
             return "stopped"
+        if view is not None and not view.get("decision"):
+            return "judging"  # the supervisor gathers the logs and checks the nodes before it decides
         return "restarting" if (view or {}).get("next") in ("relaunch", "replan") else "failed"
     return "finished" if state == "finished" else "failed"
 
