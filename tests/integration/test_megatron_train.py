@@ -317,7 +317,7 @@ def test_a_killed_megatron_rank_restarts_from_the_newest_verified_save_and_falls
     assert {f"{exp}: attempt 1 failed, restarting", f"{exp}: attempt 2 failed, restarting", f"{exp}: 75% trained",
             f"{exp}: the save of iteration {newest} is not verified"} <= set(titles), titles  # fmt: skip
     restart = next(n["message"] for n in notices.notices if n["title"] == f"{exp}: attempt 1 failed, restarting")
-    assert "on node2" in restart and "SIGKILL" in restart, restart
+    assert "node2 rank 3" in restart and "SIGKILL" in restart, restart
     # the last attempt's ranks say, in Megatron's own words, that they loaded the save it fell back to
     loaded = re.compile(rf"successfully loaded checkpoint from \S*/checkpoints/{exp} .* at iteration {fallback}\b")
     assert any(loaded.search(p.read_text()) for p in (run_dir / "node1").rglob("stdout.log"))

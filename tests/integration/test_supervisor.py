@@ -298,7 +298,7 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         titles = [notice["title"] for notice in notices.notices]
         assert [title for title in titles if title in expected] == expected, titles  # a straggler's may come too
         restart = next(notice["message"] for notice in notices.notices if notice["title"] == expected[1])
-        assert "on node2" in restart, restart
+        assert "node2 rank 3" in restart, restart
         # the token is in no file the run left, on the controller or a node, but the supervisor's request (root's)
         printed = log.read_text() + followed + stop.stdout + (tmp_path / "follow-1.out").read_text()
         assert token not in printed

@@ -80,7 +80,7 @@ def test_the_events_of_a_watch_and_of_an_attempts_end(plan):
         found["hang:1"].body
     )
     assert found["hang:1"].level == "failure" and "evidence: /runs/notes/r1/hang" in found["hang:1"].body
-    assert found["restart:1"].body == ("notes r1: attempt 1 ended hang on node2: node2 rank 3 (local rank 1): Signal "
+    assert found["restart:1"].body == ("notes r1: attempt 1 ended hang: node2 rank 3 (local rank 1): Signal "
                                        "9 (SIGKILL) received by PID 4564. Attempt 2 follows: a restart is left (1 "
                                        "of 1)")  # fmt: skip
     assert "shard 3 of 4 is missing" in found["unverified:iter_0000010"].body

@@ -112,7 +112,8 @@ def _ending(view: Mapping[str, Any], number: int, run: str, exp: str, iteration:
     # the cause judged from the gathered logs, else what the watch saw; a stop is stop.yml's, whatever the ranks said
     judged = None if outcome.get("kind") == "stopped" else view.get("cause")
     reason = judged or outcome.get("reason") or (view.get("decision") or {}).get("reason") or ""
-    where = f" on {outcome['node']}" if outcome.get("node") else ""
+    # the judged cause names its node and rank; the watch's node is only where it saw the end first
+    where = f" on {outcome['node']}" if outcome.get("node") and not judged else ""
     ended = f"attempt {number} ended {outcome.get('kind') or state}{where}: {reason}"
     if outcome.get("kind") == "lost":
         found.append(
