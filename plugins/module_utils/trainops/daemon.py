@@ -90,7 +90,7 @@ def ensure(name: str, argv: Sequence[str], directory: str, config: Sequence[str]
     except (OSError, ValueError):
         state = {}
     wanted = {"argv": list(argv), "config": digest(config)}
-    pid = int(state.get("pid") or 0)
+    pid, child = int(state.get("pid") or 0), None
     if alive(pid, argv) and state.get("argv") == wanted["argv"]:
         if state.get("config") == wanted["config"]:
             action = "running"
@@ -109,7 +109,10 @@ def ensure(name: str, argv: Sequence[str], directory: str, config: Sequence[str]
     write_json(state_path, {**wanted, "pid": pid, "name": name})
     deadline = time.monotonic() + timeout
     while not _ready(ready_url):
-        if not alive(pid, argv):
+        # the child this started is asked, not /proc: for a moment after exec its cmdline reads empty (the kernel
+        # sets the new program's arguments after the exec has closed the pipe Popen waits on), which alive() takes
+        # for another program (seen: Prometheus started, called ended, and stopped by the caller)
+        if (child.poll() is not None) if child else not alive(pid, argv):
             raise DaemonError(f"{name} ({argv[0]}) ended before it answered {ready_url}; its log: {_tail(log_path)}")
         if time.monotonic() > deadline:
             raise DaemonError(f"{name} does not answer {ready_url} after {timeout:g} s; its log: {_tail(log_path)}")
