@@ -60,6 +60,30 @@ def test_pack_logs_packs_the_nodes_logs_with_its_launch_output_and_exit_status(t
     assert not (tmp_path / "pack.tgz.tmp").exists()
 
 
+def test_pack_logs_adds_the_runs_tensorboard_files_at_the_packs_root_for_every_node_to_share(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "logs" / "node2").mkdir(parents=True)
+    (run_dir / "logs" / "node2" / "rank3.log").write_text("iteration 1\n")
+    board = run_dir / "tensorboard"
+    (board / "sub").mkdir(parents=True)
+    (board / "events.out.tfevents.1.node2.7.0").write_bytes(b"attempt 1")
+    (board / "events.out.tfevents.9.node2.8.0").write_bytes(b"attempt 2")
+    (board / "sub" / "events.out.tfevents.3.node2.9.0").write_bytes(b"x")
+    pack = tmp_path / "pack.tgz"
+    argv = ["--run-dir", str(run_dir), "--node", "node2", "--pack", str(pack), "--tensorboard-dir", str(board)]
+    assert run("pack_logs.py", *argv).returncode == 0
+    with tarfile.open(pack) as tar:
+        names = sorted(tar.getnames())
+        first = tar.extractfile("tensorboard/events.out.tfevents.1.node2.7.0").read()
+    written = ["events.out.tfevents.1.node2.7.0", "events.out.tfevents.9.node2.8.0"]
+    written.append("sub/events.out.tfevents.3.node2.9.0")
+    assert names == ["node2/rank3.log", *(f"tensorboard/{name}" for name in written)]
+    assert first == b"attempt 1"
+    # a run whose image writes no TensorBoard files (no tensorboard package) packs its logs as before
+    argv[-1] = str(tmp_path / "none")
+    assert run("pack_logs.py", *argv).returncode == 0
+
+
 def test_pack_logs_writes_no_empty_pack_for_a_node_whose_launch_did_not_start(tmp_path):
     (tmp_path / "run").mkdir()
     pack = tmp_path / "node2.tgz"

@@ -196,6 +196,19 @@ def test_an_unknown_peak_is_said_not_guessed(tmp_path, musa_plan):
     assert "MFU          - (unknown peak for S5000 bf16 (set -e accelerator_peak_tflops=...))" in summary["table"]
 
 
+def test_the_report_counts_the_runs_tensorboard_files_oldest_first_and_says_how_to_view_them(tmp_path, musa_plan):
+    finished_run(tmp_path)
+    assert write_report(str(tmp_path), musa_plan)["tensorboard"] == []
+    board = tmp_path / "tensorboard"
+    board.mkdir()
+    for name in ("events.out.tfevents.1764990000.node2.81.0", "events.out.tfevents.1764980000.node2.44.0", "README"):
+        (board / name).write_bytes(b"")
+    summary = write_report(str(tmp_path), musa_plan)
+    assert summary["tensorboard"] == ["events.out.tfevents.1764980000.node2.44.0",
+                                      "events.out.tfevents.1764990000.node2.81.0"]  # fmt: skip
+    assert f"tensorboard  2 event file(s), every attempt's: tensorboard --logdir {board}" in summary["table"]
+
+
 def test_printed_tflops_are_labelled_by_their_convention(tmp_path):
     full = make(MUSA_HOSTS, printed_flops_convention="full", smoke=False, accelerator_peak_tflops=465)
     finished_run(tmp_path)

@@ -13,6 +13,9 @@ that node's torchrun logs) is
   report) and, when the watcher suspected a hang, its diagnosis (``hang``);
 * ``loss.png`` and ``throughput.png`` (tokens/s per card; below it each rank's compute time relative to the
   median rank, stragglers marked, when the run printed straggler reports), with matplotlib when installed.
+
+Beside them, ``tensorboard/`` holds the run's TensorBoard event files from every node and attempt, as the collect
+role unpacked them; the summary counts them (``tensorboard``) and the table says how to view them.
 """
 
 from __future__ import annotations
@@ -510,6 +513,15 @@ def _provenance(root: str, warnings: list[str]) -> dict[str, Any] | None:
     return dict(recorded, plan_sha256=provenance.file_digest(os.path.join(root, "plan", "plan.json")))
 
 
+def tensorboard_files(root: str) -> list[str]:
+    """The TensorBoard event files collected under ``root/tensorboard`` (paths relative to it), oldest first: their
+    names start with the time their writer opened them."""
+    board = os.path.join(root, "tensorboard")
+    found = [os.path.relpath(os.path.join(parent, name), board)
+             for parent, _, files in os.walk(board) for name in files if ".tfevents." in name]  # fmt: skip
+    return sorted(found, key=os.path.basename)
+
+
 def write_report(
     root: str,
     plan: Mapping[str, Any],
@@ -559,7 +571,12 @@ def write_report(
     records.write_jsonl(os.path.join(root, "metrics.jsonl"), [_finite(r) for r in log.iterations])
     records.write_jsonl(os.path.join(root, "memory.jsonl"), [_finite(r) for r in log.memory])
     summary["plots"] = plot(root, log.iterations, plan, log.stragglers, summary["stragglers"], straggler_ratio)
+    summary["tensorboard"] = tensorboard_files(root)
     table = summary_table(summary) + recovery.attempts_table(attempts, summary["recovery"])
+    if summary["tensorboard"]:
+        board = os.path.join(root, "tensorboard")
+        table.append(f"tensorboard  {len(summary['tensorboard'])} event file(s), every attempt's: "
+                     f"tensorboard --logdir {board}")  # fmt: skip
     table[1:1] = provenance.lines(summary["provenance"])  # after the run's line: what ran
     if summary["nodes_missing"]:
         table.append(f"missing      no logs from {', '.join(summary['nodes_missing'])} (not collected)")

@@ -6,6 +6,7 @@ python3 -m pip install --no-index --find-links /tmp/wheels --no-cache-dir \
   -r /tmp/requirements.txt
 python3 -m pip check
 python3 -c "import torch, megatron.core, sentencepiece, tiktoken, tokenizers, transformers; print(\"torch\", torch.__version__)"
+python3 -c "from torch.utils.tensorboard import SummaryWriter"
 # torch's C++ unit-test binaries are not needed to run it (about 130 MiB)
 torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
 rm -rf "${torch_dir}/test" "${torch_dir}"/bin/test_* "${torch_dir}"/bin/*Test
