@@ -13,6 +13,7 @@ Needs a stand-in image with a Megatron-LM tree (`make megatron-src`; .ci/run giv
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from testbed import (
     BIN,
@@ -33,6 +35,7 @@ from testbed import (
     has_megatron,
     heal_node2,
     in_container,
+    kill_controller,
     latest_run,
     no_rank_left,
     nodes_contacted,
@@ -263,7 +266,9 @@ def test_a_killed_megatron_rank_restarts_from_the_newest_verified_save_and_falls
     """Rank 3 (node2) SIGKILLed, in the same command that truncates a shard of the newest save (T) and spoils the
     bytes of the save before it (T-5) in place. Attempt 2 sets T aside (the scan sees the truncation) and resumes
     from T-5, which the scan verifies but Megatron cannot load: the save is blamed (not node2: no incident counts),
-    and attempt 3 falls back to T-10, loads it (Megatron says so) and finishes."""
+    and attempt 3 falls back to T-10, loads it (Megatron says so) and finishes. The controller is killed right after
+    the fault: the run's supervisor does all of that alone, and tells the webhook (issue 36: the started, restart
+    and finished notifications with the controller gone); report.yml then collects and reports the run."""
     exp = "megatron-restart"
     clean_experiment(exp)
     saves = ("-e", json.dumps({"training": {"save_interval": 5, "eval_iters": 0}}))
@@ -282,21 +287,31 @@ def test_a_killed_megatron_rank_restarts_from_the_newest_verified_save_and_falls
             f"kill -9 {pid}"  # a real fault: SIGKILL of a pipeline rank
         )
         newest = int(in_container("node2", fault).stdout.split()[0])
-        output, _ = job.communicate(timeout=900)
+        kill_controller(job)  # the controller dies with the rank: nothing follows the run from here
+        deadline = time.monotonic() + 900
+        while f"{exp}: the run finished" not in [notice["title"] for notice in notices.notices]:
+            assert time.monotonic() < deadline, [notice["title"] for notice in notices.notices]
+            time.sleep(2)
     finally:
         job.kill()
-    assert job.returncode == 0, output[-6000:]
-    said = " ".join(output.split())
+        notices.shutdown()
+    # what the supervisor said, from its own record on the master (no terminal printed it)
+    events = in_container("node1", f"cat /data/mtt-train-ops/runs/{exp}/*/supervisor/events").stdout
+    said = " ".join(" ".join(json.loads(line).get("line", "") for line in events.splitlines()).split())
+    # the run's report: report.yml collects every node's logs, the TensorBoard files and the supervisor's record
+    run_dir = latest_run(exp)
+    report = playbook("playbooks/report.yml", "-e", f"run={run_dir}")
+    assert report.returncode == 0, report.stdout[-6000:]
+    output = report.stdout
     spoiled, fallback = newest - 5, newest - 10
     assert re.search(rf"checkpoint iteration {newest} set aside \(not resumed from\): __0_0.distcp is truncated: "
-                     r"1,000 of the [\d,]+ bytes .metadata names", said), output[-8000:]  # fmt: skip
+                     r"1,000 of the [\d,]+ bytes .metadata names", said), said[-8000:]  # fmt: skip
     assert f"resume attempt 2 resumes from iteration {spoiled}'s save (verified)" in said
     assert f"attempt 2 did not load iteration {spoiled}'s save (no rank said it loaded it" in said, said[-8000:]
     assert "CheckpointException" in said
     assert f"starting attempt 3 from the verified save before iteration {spoiled}" in said
     assert f"checkpoint iteration {spoiled} set aside (not resumed from): an attempt could not resume from it" in said
     assert f"resume attempt 3 resumes from iteration {fallback}'s save (verified)" in said
-    run_dir = latest_run(exp)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["job"] == "megatron" and summary["state"] == "finished" and summary["last_iteration"] == 40
     first, second, third = summary["attempts"]
@@ -304,13 +319,8 @@ def test_a_killed_megatron_rank_restarts_from_the_newest_verified_save_and_falls
     assert (first["node"], first["rank"]) == ("node2", 3) and "SIGKILL" in first["cause"], first
     assert second["resumed_from"] == spoiled and second["save_failure"].startswith("did not load"), second
     assert third["resumed_from"] == fallback and third["state"] == "finished" and third["save_failure"] is None
-    # the supervisor told the webhook each event once: the run trains, the milestones, the save set aside, each
-    # restart and why, the end
-    deadline = time.monotonic() + 60
-    while f"{exp}: the run finished" not in [notice["title"] for notice in notices.notices]:
-        assert time.monotonic() < deadline, [notice["title"] for notice in notices.notices]
-        time.sleep(1)
-    notices.shutdown()
+    # the supervisor told the webhook each event once, with no controller: the run trains, the milestones, the save
+    # set aside, each restart and why, the end
     titles = [notice["title"] for notice in notices.notices]
     assert titles[0] == f"{exp}: the run trains" and titles[-1] == f"{exp}: the run finished", titles
     assert len(titles) == len(set(titles)), titles
@@ -332,6 +342,20 @@ def test_a_killed_megatron_rank_restarts_from_the_newest_verified_save_and_falls
     assert [name.split(".")[0] for name in aside][:2] == [f"iter_{spoiled:07d}", f"iter_{newest:07d}"], aside
     assert all((run_dir / f"attempt-{k}" / "attempt.json").is_file() for k in (1, 2, 3))
     assert "recovery     2 restart(s)" in output
+    # TensorBoard: each attempt's last rank (rank 3, node2) wrote its event file into the run's one directory, and
+    # the collection put every file in the report's tensorboard/, so the curves go on across the attempts: the
+    # killed attempt's points (its writer appends each event as it comes) and the last attempt's, from its resumed
+    # save to the end, cover every iteration; the last attempt's points are the losses Megatron printed
+    board = run_dir / "tensorboard"
+    files = summary["tensorboard"]
+    assert len(files) == 3 and all(".tfevents." in name for name in files), files
+    assert f"tensorboard  3 event file(s), every attempt's: tensorboard --logdir {board}" in output
+    curve = EventAccumulator(str(board))
+    curve.Reload()
+    points = {event.step: event.value for event in curve.Scalars("lm loss")}  # the last written of each step
+    losses = _losses(run_dir)
+    assert sorted(points) == list(range(1, 41)), sorted(points)
+    assert all(math.isclose(points[i], losses[i], rel_tol=1e-5) for i in range(fallback + 1, 41)), (points, losses)
     no_rank_left()
 
 

@@ -41,6 +41,7 @@ from testbed import (
     env,
     in_container,
     inventory_copy,
+    kill_controller,
     latest_run,
     playbook,
     train_in_background,
@@ -61,20 +62,6 @@ def controller_ssh(verdict: list[str]):
         yield
     finally:
         subprocess.run(["iptables", "-D", *CONTROLLER_SSH, *verdict], check=True)
-
-
-def kill_controller(job: subprocess.Popen) -> None:
-    """SIGKILL to train.yml and every process under it (Ansible's workers, their ssh): a controller that dies, not
-    only its main process (a worker left alive would go on following, and starting the supervisor again)."""
-    family, look = [job.pid], [job.pid]
-    while look:
-        found = subprocess.run(["pgrep", "-P", str(look.pop())], capture_output=True, text=True).stdout.split()
-        family += [int(pid) for pid in found]
-        look += [int(pid) for pid in found]
-    for pid in family:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    job.wait(timeout=30)
 
 
 #: The newest rank on node2 (global rank 3) of the smoke job, killed as a crash would.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -141,6 +143,20 @@ def train_in_background(*extra: str, output: Path | None = None, inventory: Path
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def kill_controller(job: subprocess.Popen) -> None:
+    """SIGKILL to train.yml and every process under it (Ansible's workers, their ssh): a controller that dies, not
+    only its main process (a worker left alive would go on following, and starting the supervisor again)."""
+    family, look = [job.pid], [job.pid]
+    while look:
+        found = subprocess.run(["pgrep", "-P", str(look.pop())], capture_output=True, text=True).stdout.split()
+        family += [int(pid) for pid in found]
+        look += [int(pid) for pid in found]
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    job.wait(timeout=30)
 
 
 def _wait_for_count(node: str, command: str, count: int, timeout: float, interval: float, failure: str) -> None:
