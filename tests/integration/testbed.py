@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -199,11 +200,27 @@ def rank_pid(node: str, exp: str, rank: int) -> int:
     return int(found)
 
 
+def wait_for_ssh(address: str, timeout: float = 90) -> None:
+    """Until the sshd at ``address`` (a node's, port 22) greets."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, 22), timeout=2) as conn:
+                if conn.recv(16).startswith(b"SSH-"):
+                    return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"{address}:22 did not come back in {timeout} s")
+
+
 def heal_node2() -> None:
-    """Provision until node2, restarted, answers again (its engine restarts its containers on its own time)."""
+    """Provision once node2, restarted, answers SSH again, and until provision.yml passes (its engine restarts its
+    containers on its own time)."""
+    wait_for_ssh("172.30.0.12")
     last = None
-    for _ in range(6):
-        time.sleep(5)
+    for attempt in range(6):
+        if attempt:
+            time.sleep(5)
         last = playbook("provision.yml")
         if last.returncode == 0:
             return
@@ -237,8 +254,7 @@ TP2_PP2 = (
 @functools.cache
 def tp2_pp2_run() -> tuple[subprocess.CompletedProcess, Path]:
     """The tp=2 pp=2 run, once per session, and its run directory on the controller: test_export.py exports its
-    newest verified save, test_megatron_train.py checks the run end to end and then damages its newest save (the
-    export reads the save the run's own ledger names, whichever test comes first)."""
+    newest verified save, test_megatron_train.py checks the run end to end."""
     clean_experiment(TP2_PP2_EXP)
     result = playbook("train.yml", *TP2_PP2)
     return result, latest_run(TP2_PP2_EXP) if result.returncode == 0 else ROOT / "runs" / TP2_PP2_EXP
