@@ -89,6 +89,10 @@ def test_a_run_through_slurm_waits_behind_another_allocation_then_matches_the_ss
     finally:
         _login(f"scancel {holder}", check=False)
     assert by_slurm.returncode == 0, by_slurm.stdout[-6000:]
+    # fresh=true moved the ssh run's checkpoints aside (nothing is deleted); the run started at iteration 1
+    assert "fresh=true: the earlier ones were moved to" in by_slurm.stdout, by_slurm.stdout[-4000:]
+    kept = in_container("node1", "ls -d /data/mtt-train-ops/checkpoints/slurm-same.before-*/iter_0000060").stdout
+    assert "iter_0000060" in kept
     job_id = _job_id(by_slurm.stdout)
     assert re.search(rf"node1: job {job_id} PENDING \(Resources\), waited \d+ s", by_slurm.stdout), by_slurm.stdout
     assert re.search(rf"node1: job {job_id} RUNNING on node\[1-2\], waited \d+ s", by_slurm.stdout)

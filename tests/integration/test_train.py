@@ -111,16 +111,7 @@ def test_train_runs_reports_and_resumes_with_an_unusual_experiment_name(provisio
     assert [m["iteration"] for m in metrics] == list(range(21, 131)) and resumed["state"] == "finished"
     assert resumed["straggler_reports"] == 110 and resumed["stragglers"] == [], resumed["stragglers"]
     assert any(line.startswith("stragglers   none:") for line in resumed["table"]), resumed["table"]
-
-    # fresh=true moves the checkpoints aside (nothing is deleted) and starts at iteration 1.
-    fresh = playbook("train.yml", *SMALL, "-e", "train_iters=5", "-e", ODD_EXP, "-e", "fresh=true")
-    assert fresh.returncode == 0, fresh.stdout[-6000:]
-    assert "fresh=true: the earlier ones were moved to" in fresh.stdout
-    metrics = [json.loads(line) for line in (_latest_run(ODD) / "metrics.jsonl").read_text().splitlines()]
-    assert metrics[0]["iteration"] == 1
-    kept = in_container("node1", "ls -d /data/mtt-train-ops/checkpoints/*.before-*/iter_0000130").stdout
-    assert "iter_0000130" in kept
-    _no_injection()
+    # fresh=true (the checkpoints moved aside, a start at iteration 1): test_slurm_launcher.py's first test
 
 
 def _rank_environ(node: str, exp: str, rank: int) -> dict[str, str]:
