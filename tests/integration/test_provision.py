@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
-import time
 import urllib.request
 
 import pytest
@@ -19,7 +18,7 @@ from trainops import node_package
 from trainops.gmi import parse_mthreads_gmi
 
 from testbed import NODE_CONTAINERS as NODE_CONTAINERS_BY_NAME
-from testbed import ROOT, docker, images, in_container, in_node, inventory_copy, playbook, recap
+from testbed import ROOT, docker, images, in_container, in_node, inventory_copy, playbook, recap, wait_for_ssh
 
 pytestmark = pytest.mark.testbed
 
@@ -131,7 +130,7 @@ def test_a_stopped_node_is_named_and_nothing_changes(converged):
         assert in_node("node1", "docker inspect -f '{{.Id}} {{.State.StartedAt}}' train").stdout == before
     finally:
         docker("start", "mtt-node-2")
-        _wait_for_ssh("172.30.0.12")
+        wait_for_ssh("172.30.0.12")
     # node2 back: the next provision.yml that is meant to pass (test_a_taken_sshd_port_is_named's) heals it, and the
     # module's own closing provision.yml after that
 
@@ -189,18 +188,6 @@ def test_a_different_container_is_left_alone_unless_recreate(converged):
     assert "a container named 'train' exists with another" in result.stdout
     assert "recreate=true" in result.stdout
     assert in_node("node1", "docker inspect -f '{{.State.Running}}' train").stdout.strip() == "true"
-
-
-def _wait_for_ssh(address: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((address, 22), timeout=2) as conn:
-                if conn.recv(16).startswith(b"SSH-"):
-                    return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError(f"{address}:22 did not come back in {timeout} s")
 
 
 MUSA_ON_THE_TESTBED = {

@@ -81,8 +81,7 @@ def test_a_failure_that_repeats_ends_after_max_restarts_and_leaves_its_node_out_
     plan = json.loads((_latest_run("incidents-left-out") / "plan" / "plan.json").read_text())
     assert [n["name"] for n in plan["nodes"]] == ["node1"]
 
-    unknown = playbook("playbooks/incidents.yml", "-e", "clear=node9")
-    assert unknown.returncode != 0 and "-e clear=node9: no such node in the inventory" in unknown.stdout
+    # (a clear of a node the inventory does not name is refused: test_incident_clear.py)
     cleared = playbook("playbooks/incidents.yml", "-e", "clear=node2")
     assert cleared.returncode == 0 and "cleared      node2: its incidents so far no longer count" in cleared.stdout
     # cleared: node2 is planned on again (plan.yml leaves out what train.yml leaves out, by the same filters:
