@@ -37,11 +37,10 @@ plan: setup
 ## controller only and share nothing; the testbed's run one at a time, in order, against the one testbed.
 PARALLEL ?= -n auto --maxprocesses 4
 
-## Everything CI runs: lint, every test (the testbed ones bring the testbed up), then the molecule scenario.
-test: setup lint
-	$(BIN)/pytest -q -m "not testbed" $(PARALLEL) --durations=10 tests
-	$(BIN)/pytest -q -m testbed --durations=25 tests
-	$(BIN)/molecule test
+## Everything CI runs (tools/test-all.sh): the lint and the tests without a testbed in the background at a low CPU
+## priority, while the molecule scenario brings the testbed up and converges it and the testbed's tests run on it.
+test: setup
+	PARALLEL="$(PARALLEL)" tools/test-all.sh
 
 ## Unit tests and controller-only playbook tests (no testbed).
 test-fast: setup
@@ -67,7 +66,7 @@ lint: setup
 	$(BIN)/ruff check plugins roles tests benchmarks tools testbed
 	$(BIN)/ruff format --check plugins roles tests benchmarks tools
 	$(BIN)/ansible-lint --profile production --offline playbooks roles provision.yml train.yml stop.yml testbed molecule
-	$(BIN)/shellcheck testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \
+	$(BIN)/shellcheck tools/test-all.sh testbed/*.sh testbed/images/*/customize.sh testbed/images/node/rootfs/usr/local/sbin/* \
 		testbed/images/training-suite-standin/rootfs/usr/local/bin/mthreads-gmi \
 		testbed/images/training-suite-standin/rootfs/usr/local/bin/nvidia-smi roles/health_check/files/kernel_xids.sh roles/collect/files/copy_out.sh \
 		testbed/images/training-suite-standin/rootfs/usr/local/musa/mccl_test/all_reduce_perf
