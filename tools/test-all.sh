@@ -7,8 +7,8 @@
 #      leave idle and yield it to the node containers and to the testbed tests' own playbooks. Their output goes to
 #      .cache/lint-and-tests-without-testbed.log and is printed when they end.
 #   2. The molecule scenario (create, converge, idempotence, verify) with the testbed left up (--destroy=never).
-#   3. The testbed's tests, one at a time, on the testbed molecule converged (their session fixture's
-#      `make testbed-up` finds it up; provision.yml runs again, idempotent), torn down after them.
+#   3. The testbed's tests, one at a time, on the testbed molecule converged (MTT_TESTBED_CONVERGED_BY=molecule:
+#      their session fixture neither brings it up nor provisions it again), torn down after them.
 #
 # The status is non-zero when any phase failed; each phase's end and time is said.
 set -uo pipefail
@@ -44,7 +44,10 @@ molecule=$?
 say "molecule: status ${molecule}"
 
 say "the testbed's tests"
-"${BIN}/pytest" -q -m testbed --durations=25 tests
+# the session starts from the testbed molecule brought up and converged (tests/integration/conftest.py)
+converged_by=""
+((molecule == 0)) && converged_by=molecule
+MTT_TESTBED_CONVERGED_BY=${converged_by} "${BIN}/pytest" -q -m testbed --durations=25 tests
 testbed=$?
 say "the testbed's tests: status ${testbed}"
 

@@ -10,15 +10,22 @@ import pytest
 
 from testbed import ROOT, env, playbook, unfit
 
+#: Set by tools/test-all.sh (`make test`) once the molecule scenario has passed with the testbed left up: it brought
+#: the testbed up (testbed/up.yml) and ran provision.yml on it twice (converge, idempotence) a moment before, so
+#: the session starts from that testbed instead of doing both again.
+CONVERGED_BY_MOLECULE = os.environ.get("MTT_TESTBED_CONVERGED_BY") == "molecule"
+
 
 @pytest.fixture(scope="session")
 def testbed():
     """N=2 node containers with their own dockerd and sshd; inventory/testbed/ generated.
 
-    `make testbed-up` is idempotent: images are built once (cached by recipe hash). The testbed is left up
-    when MTT_KEEP_TESTBED=1, torn down otherwise."""
-    result = subprocess.run(["make", "testbed-up"], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=3600)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    `make testbed-up` is idempotent: images are built once (cached by recipe hash); skipped when the molecule
+    scenario has just brought the testbed up. The testbed is left up when MTT_KEEP_TESTBED=1, torn down otherwise."""
+    if not CONVERGED_BY_MOLECULE:
+        result = subprocess.run(["make", "testbed-up"], cwd=ROOT, env=env(), capture_output=True, text=True,
+                                timeout=3600)  # fmt: skip
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     yield ROOT / "inventory" / "testbed"
     if os.environ.get("MTT_KEEP_TESTBED") != "1":
         subprocess.run(["make", "testbed-down"], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
@@ -26,9 +33,11 @@ def testbed():
 
 @pytest.fixture(scope="session")
 def provisioned_once(testbed):
-    """provision.yml once for the session, then stop.yml: every node provisioned and idle."""
-    result = playbook("provision.yml")
-    assert result.returncode == 0, result.stdout[-6000:]
+    """provision.yml once for the session (unless the molecule scenario has just converged the testbed and it is
+    still fit), then stop.yml: every node provisioned and idle."""
+    if not CONVERGED_BY_MOLECULE or unfit():
+        result = playbook("provision.yml")
+        assert result.returncode == 0, result.stdout[-6000:]
     stop = playbook("stop.yml")
     assert stop.returncode == 0, stop.stdout[-3000:]
 
