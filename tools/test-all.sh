@@ -15,6 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 
 BIN=.venv/bin
+export PATH="${PWD}/${BIN}:${PATH}" # molecule runs ansible-config and ansible-playbook by name (make exports it too)
 PARALLEL=${PARALLEL:--n auto --maxprocesses 4}
 LOG=.cache/lint-and-tests-without-testbed.log
 mkdir -p .cache
