@@ -6,7 +6,8 @@
 #      priority: their own session (autogroup) and nice both at 10, so that they take the CPU the testbed phases
 #      leave idle and yield it to the node containers and to the testbed tests' own playbooks. Their output goes to
 #      .cache/lint-and-tests-without-testbed.log and is printed when they end.
-#   2. The molecule scenario (create, converge, idempotence, verify) with the testbed left up (--destroy=never).
+#   2. The molecule scenario from no testbed (destroy, then create, converge, idempotence, verify) with the
+#      testbed left up at its end (--destroy=never).
 #   3. The testbed's tests, one at a time, on the testbed molecule converged (MTT_TESTBED_CONVERGED_BY=molecule:
 #      their session fixture neither brings it up nor provisions it again), torn down after them.
 #
@@ -40,7 +41,8 @@ stop_background() {
 trap stop_background INT TERM
 
 say "the molecule scenario, the testbed left up for the testbed's tests"
-testbed/host-setup.sh && testbed/build-images.sh && "${BIN}/molecule" test --destroy=never
+# --destroy=never skips the scenario's first destroy too: `molecule destroy` first, so that it starts from no testbed
+testbed/host-setup.sh && testbed/build-images.sh && "${BIN}/molecule" destroy && "${BIN}/molecule" test --destroy=never
 molecule=$?
 say "molecule: status ${molecule}"
 
