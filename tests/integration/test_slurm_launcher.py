@@ -119,18 +119,6 @@ def test_a_run_through_slurm_waits_behind_another_allocation_then_matches_the_ss
     assert "srun --ntasks-per-node=1" in (run_dir / "slurm-batch.sh").read_text()
 
 
-def test_the_run_is_planned_again_on_the_nodes_slurm_gave_the_first_one_the_master(provisioned):
-    # planned first on the inventory's first node (node1); the partition `single` holds node2 only
-    one_node_of_single = ("-e", "slurm_nodes=1", "-e", "slurm_partition=single")
-    result = playbook("train.yml", "-e", "exp=slurm-replan", "-e", "fresh=true", *one_node_of_single, *SLURM)
-    assert result.returncode == 0, result.stdout[-6000:]
-    assert "master node1 172.30.0.11" in result.stdout and "RUNNING on node2" in result.stdout
-    plan_json = json.loads((latest_run("slurm-replan") / "plan" / "plan.json").read_text())
-    assert plan_json["master"] == "node2" and plan_json["master_addr"] == "172.30.0.12"
-    assert [(n["name"], n["node_rank"]) for n in plan_json["nodes"]] == [("node2", 0)]
-    assert json.loads((latest_run("slurm-replan") / "summary.json").read_text())["slurm"]["state"] == "COMPLETED"
-
-
 def test_a_rank_killed_mid_run_is_named_and_slurms_state_reported(provisioned):
     exp = "slurm-killed"
     _clean(exp)
@@ -185,10 +173,20 @@ def test_stop_cancels_a_running_job_and_no_rank_survives_in_any_container(provis
         assert json.loads(stopped.stdout)["stopped"][0]["result"] == "stopped by SIGTERM"
 
 
-def test_a_time_limit_is_reported_as_timeout_not_as_a_crash(provisioned):
-    result = playbook("train.yml", "-e", "exp=slurm-timeout", "-e", "fresh=true", "-e", "slurm_time=1", *LONG, *SLURM)
+def test_a_time_limit_is_reported_as_timeout_and_the_run_was_planned_again_on_the_node_slurm_gave(provisioned):
+    # planned first on the inventory's first node (node1); the partition `single` holds node2 only
+    one_node_of_single = ("-e", "slurm_nodes=1", "-e", "slurm_partition=single")
+    result = playbook(
+        "train.yml", "-e", "exp=slurm-timeout", "-e", "fresh=true", "-e", "slurm_time=1", *one_node_of_single,
+        *LONG, *SLURM,
+    )  # fmt: skip
     assert result.returncode != 0
     said = " ".join(result.stdout.split())
+    assert "master node1 172.30.0.11" in result.stdout and "RUNNING on node2" in result.stdout, said[-4000:]
+    plan_json = json.loads((latest_run("slurm-timeout") / "plan" / "plan.json").read_text())
+    assert plan_json["master"] == "node2" and plan_json["master_addr"] == "172.30.0.12"
+    assert [(n["name"], n["node_rank"]) for n in plan_json["nodes"]] == [("node2", 0)]
+
     job_id = _job_id(result.stdout)
     assert _sacct(job_id) == "TIMEOUT"
     assert re.search(
