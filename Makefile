@@ -44,7 +44,7 @@ test: setup
 
 ## Unit tests and controller-only playbook tests (no testbed).
 test-fast: setup
-	$(BIN)/pytest -q -m "not testbed" $(PARALLEL) tests
+	$(BIN)/pytest -q -m "not testbed and not standin" $(PARALLEL) tests
 
 ## The local testbed: N node containers with their own dockerd and sshd (root; installs docker.io, debootstrap).
 TESTBED_NODES ?= 2

@@ -9,6 +9,11 @@ One container of the stand-in image (`docker run`, no network) runs every check;
 (c) A Llama's save exported to Hugging Face and imported again (issue 37) starts a run exactly where Megatron's own
     load of the save does.
 The image must hold a Megatron-LM tree (make megatron-src); without one the module is skipped.
+
+The module needs the stand-in image, not the testbed's nodes (marker `standin`): `make test` runs it beside the
+testbed's tests, its container in the CPU cgroup MTT_STANDIN_CGROUP_PARENT names (tools/test-all.sh makes one that
+runs only on CPU time nobody else wants), so that it uses the time the testbed's tests spend waiting without slowing
+them. Its time limits, there only to stop a hang, allow for the minutes such a container may wait for a CPU.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import json
+import os
 import re
 import subprocess
 import uuid
@@ -24,7 +30,13 @@ import pytest
 
 from testbed import ROOT, env, images
 
-pytestmark = pytest.mark.testbed
+pytestmark = pytest.mark.standin
+
+#: The CPU cgroup the module's container runs in (docker run --cgroup-parent), when make test gives one.
+CGROUP_PARENT = os.environ.get("MTT_STANDIN_CGROUP_PARENT", "")
+#: A launch that fails at a missing patch takes 4-5 s alone and a 4-rank run under a minute: a limit of minutes
+#: stops a hang, also when the container waits for the CPU behind the testbed's tests.
+LAUNCH_TIMEOUT_S = 900
 
 PATCH = "/home/megatron-lm-musa-patch/examples/llama3/pretrain_gpt.py"
 #: A tiny GPT in fp32 with dropout off (so that a resume can equal an uninterrupted run), mock data.
@@ -35,7 +47,8 @@ MODEL = (
     "--lr-warmup-iters 2 --seed 1234 --attention-dropout 0 --hidden-dropout 0 "
     "--transformer-impl local --use-distributed-optimizer --ckpt-format torch_dist --distributed-backend gloo "
     "--no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion "
-    "--no-rope-fusion --no-persist-layer-norm --log-interval 1 --eval-interval 1000 --eval-iters 0 --save-interval 1000"
+    "--no-rope-fusion --no-persist-layer-norm --log-interval 1 --eval-interval 1000 --eval-iters 0 "
+    "--save-interval 1000 --distributed-timeout-minutes 15"  # not 10: the container may wait for the CPU (above)
 )
 _PORTS = itertools.count(29400)
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.E+-]+)")
@@ -43,6 +56,12 @@ _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.E+-]+)")
 
 def _run(*cmd: str, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(autouse=True)
+def no_incidents_before():
+    """Not the testbed's: the module touches no run and no incident record (it runs beside the testbed's tests)."""
+    yield
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +79,9 @@ def container():
             "tarball>` (or MEGATRON_GIT=<clone>) first"
         )
     name = f"mtt-megatron-cpu-{uuid.uuid4().hex[:8]}"
+    in_cgroup = ("--cgroup-parent", CGROUP_PARENT) if CGROUP_PARENT else ()
     started = _run(
-        "docker", "run", "-d", "--rm", "--name", name, "--network", "none", "--shm-size", "1g",
+        "docker", "run", "-d", "--rm", "--name", name, "--network", "none", "--shm-size", "1g", *in_cgroup,
         "-e", "OMP_NUM_THREADS=1", built["standin_image"], "sleep", "infinity",
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
@@ -74,7 +94,9 @@ def container():
     _run("docker", "rm", "-f", name)
 
 
-def megatron(container: str, name: str, *, tp=1, pp=1, ranks=1, until=2, extra="", skip="", timeout=240, model=MODEL):
+def megatron(
+    container: str, name: str, *, tp=1, pp=1, ranks=1, until=2, extra="", skip="", timeout=LAUNCH_TIMEOUT_S, model=MODEL
+):
     """torchrun of the patched pretrain_gpt.py in the container, checkpoints in /tmp/ckpt/<name>; returns
     (exit status, output, {iteration: lm loss})."""
     command = (
@@ -131,7 +153,7 @@ LLAMA = (
     "--transformer-impl local --use-distributed-optimizer --ckpt-format torch_dist --distributed-backend gloo "
     "--no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion "
     "--no-rope-fusion --no-persist-layer-norm --log-interval 1 --eval-interval 1000 --eval-iters 0 "
-    "--save-interval 1000 --bf16"
+    "--save-interval 1000 --bf16 --distributed-timeout-minutes 15"
 )
 
 
@@ -139,7 +161,7 @@ def _node_program(container: str, program: str, *args: str) -> dict:
     """One of the node package's programs (copied into the container) with Megatron on its path; its JSON line."""
     done = subprocess.run(
         ["docker", "exec", "-e", "PYTHONPATH=/home/Megatron-LM", container, "python3", "-W", "ignore",
-         f"/tmp/pkg/trainops/node/{program}", *args], capture_output=True, text=True, timeout=600,
+         f"/tmp/pkg/trainops/node/{program}", *args], capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
     )  # fmt: skip
     assert done.stdout.strip(), done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -264,7 +286,7 @@ def test_without_psutil_the_patch_fails_instead_of_hanging(container):
     """psutil hidden (a module of that name that fails to import): the patch stops at once, by name."""
     script = (
         "mkdir -p /tmp/nopsutil && echo 'raise ImportError(\"hidden by the test\")' > /tmp/nopsutil/psutil.py && "
-        f"PYTHONPATH=/tmp/nopsutil timeout 60 python3 {PATCH} --help 2>&1"
+        f"PYTHONPATH=/tmp/nopsutil timeout {LAUNCH_TIMEOUT_S - 10} python3 {PATCH} --help 2>&1"
     )
     done = subprocess.run(["docker", "exec", container, "bash", "-c", script], capture_output=True, text=True)
     assert done.returncode == 1 and "psutil is missing" in done.stdout, done.stdout[-2000:]
