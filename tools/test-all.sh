@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.." || exit
 
 BIN=.venv/bin
 export PATH="${PWD}/${BIN}:${PATH}" # molecule runs ansible-config and ansible-playbook by name (make exports it too)
-PARALLEL=${PARALLEL:--n auto --maxprocesses 4}
+PARALLEL=${PARALLEL--n auto --maxprocesses 4} # empty (make test PARALLEL=): one process
 LOG=.cache/lint-and-tests-without-testbed.log
 IMAGES_STATUS=.cache/test-all-images.status # phase 2's image build's status, for phase 4 in the background
 IDLE_CGROUP=mtt-test-background
