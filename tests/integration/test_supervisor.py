@@ -7,10 +7,10 @@ nodes answered with a TCP reset by iptables for more than 10 s (what a laptop th
 reconnects, does to open connections), then dropped for 15 s (a cut link); then train.yml killed with SIGKILL, then the
 supervisor killed with SIGKILL; then a terminal that follows (status.yml -e follow=true) killed with SIGKILL just as
 a rank is killed, so that the recovery runs with no controller; then stop.yml, which asks the supervisor, while a
-follower collects and reports the run's end. With the controller gone, the supervisor's metrics endpoint (the
-default -e metrics_port) serves the run's progress, then its restart. Before the supervisor, the reset alone made
-train.yml call the master lost, end a healthy run ``failed`` and record ``lost`` incidents against both nodes while
-their ranks trained on unwatched.
+follower collects and reports the run's end and records its incidents. With the controller gone, the supervisor's
+metrics endpoint (the default -e metrics_port) serves the run's progress, then its restart. Before the supervisor,
+the reset alone made train.yml call the master lost, end a healthy run ``failed`` and record ``lost`` incidents
+against both nodes while their ranks trained on unwatched.
 """
 
 from __future__ import annotations
@@ -277,6 +277,13 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         summary = json.loads((latest_run(exp) / "summary.json").read_text())
         assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]][:1] == [(1, "failed", "node2")]
         assert [a["attempt"] for a in summary["attempts"]] == [1, 2], summary["attempts"]
+        # the follower that saw the end recorded the run's incidents in the site's record, as train.yml would have
+        # (the train.yml that launched the run was killed long before): attempt 1's killed rank, against node2
+        recorded = [json.loads(line) for line in (ROOT / "runs" / "incidents.jsonl").read_text().splitlines()]
+        assert [(i["run"].split("/")[0], i["attempt"], i["node"], i["kind"]) for i in recorded] == [
+            (exp, 1, "node2", "dead_rank")
+        ], recorded  # fmt: skip
+        assert re.search(rf"incident +node2: dead_rank, attempt 1 of {exp}/\S+ \(counts against it\)", followed)
 
         # the supervisor told the webhook, once each, while no controller followed: the run trains, the restart and
         # why, the stop; the URL (it may hold a token) is in no line the controller printed

@@ -69,6 +69,27 @@ def test_two_incidents_in_the_window_leave_a_node_out_until_it_is_cleared(tmp_pa
     assert len(incidents.read(path)[0]) == 3  # the history stays
 
 
+def test_an_incident_recorded_after_its_node_was_cleared_is_kept_but_does_not_count(tmp_path):
+    """A run launched with -e wait=false ended a day ago with node2 at fault; node2 was repaired and cleared before
+    a terminal followed the run to its end and recorded it: the incident stays in the history and leaves nothing out."""
+    path = str(tmp_path / "incidents.jsonl")
+    incidents.record(path, incidents.from_run("exp/r1", [_attempt(1)], {}, []), NOW - 2 * DAY)
+    incidents.clear(path, "node2", NOW - DAY / 2, "repaired")
+    late = incidents.from_run("exp/r2", [_attempt(1, kind="hang")], {}, [])  # ended at NOW - DAY, before the clear
+    (added,), _ = incidents.record(path, late, NOW)
+    assert added["counts"] is False and added["recorded_after_clear"] == NOW - DAY / 2
+    assert "recorded after the node was cleared, does not count against it" in incidents.line(added)
+    assert incidents.implicated(incidents.read(path)[0], NOW, limit=1) == {}
+    # one that ended after the clear counts, and so does one with no time of its own (dated now)
+    after = incidents.from_run("exp/r3", [_attempt(1, ended_at=NOW - DAY / 4)], {}, [])
+    untimed = incidents.from_run("exp/r4", [_attempt(1, ended_at=None)], {}, [])
+    added, _ = incidents.record(path, after + untimed, NOW)
+    assert [(i["run"], i["counts"], "recorded_after_clear" in i) for i in added] == [
+        ("exp/r3", True, False), ("exp/r4", True, False)
+    ]  # fmt: skip
+    assert [r["run"] for r in incidents.implicated(incidents.read(path)[0], NOW)["node2"]] == ["exp/r3", "exp/r4"]
+
+
 def test_a_clear_is_refused_without_a_record_or_for_an_unknown_node(tmp_path):
     path = str(tmp_path / "nosuchdir" / "incidents.jsonl")
     said = incidents.clear_refusal(path, "node1", ["node1", "node2"], [])

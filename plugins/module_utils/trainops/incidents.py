@@ -6,8 +6,10 @@ node lost during a run. A node implicated ``limit`` times within ``window_days``
 out of the next plan (:func:`implicated`) until it is cleared (:func:`clear`, which appends a ``cleared`` line: the
 history stays). A clear covers every incident of the node above it in the record, whatever time the incident
 says (a node's clock that ran ahead does not keep it out). Recording a run again adds nothing: an incident is keyed by
-its run, attempt, node and kind (and report.yml records none: :mod:`.records`' helpers write and read the file, a
-damaged line is named and skipped).
+its run, attempt, node and kind. A run's incidents are recorded by the terminal that follows it to its end: the
+train.yml that launched it, or status.yml -e follow=true (a run launched with -e wait=false, or whose train.yml was
+killed); report.yml records none (a node it cannot reach then is not a node the run lost). :mod:`.records`' helpers
+write and read the file; a damaged line is named and skipped.
 """
 
 from __future__ import annotations
@@ -135,15 +137,25 @@ def from_run(
 
 def record(path: str, incidents: Sequence[Mapping[str, Any]], now: float) -> tuple[list[dict[str, Any]], list[str]]:
     """Append the incidents not yet in the record (by run, attempt, node and kind); returns those appended, and
-    the warnings of reading and writing the record."""
+    the warnings of reading and writing the record.
+
+    A run is recorded by the terminal that follows it to its end, which may come after its node was repaired and
+    cleared (a run launched with -e wait=false, followed days later): an incident dated before its node's last
+    ``cleared`` line is still appended, for the history, but does not count (``counts`` false,
+    ``recorded_after_clear``: the clear's time). One with no time of its own is dated now, and counts."""
     found, warnings = read(path)
     seen = {(r.get("run"), r.get("attempt"), r.get("node"), r.get("kind")) for r in found}
+    cleared = {r["node"]: _time(r) for r in found if r["kind"] == "cleared"}  # each node's last clear, by position
     new = []
     for incident in incidents:
         key = (incident["run"], incident["attempt"], incident["node"], incident["kind"])
-        if key not in seen:
-            seen.add(key)
-            new.append(dict(incident, time=incident.get("time") or round(now, 1)))
+        if key in seen:
+            continue
+        seen.add(key)
+        incident = dict(incident, time=incident.get("time") or round(now, 1))
+        if incident["node"] in cleared and _time(incident) < cleared[incident["node"]]:
+            incident.update(counts=False, recorded_after_clear=cleared[incident["node"]])
+        new.append(incident)
     return new, warnings + _append(path, new)
 
 
@@ -225,6 +237,8 @@ def line(incident: Mapping[str, Any]) -> str:
     """``incident     node2: hang, attempt 1 of exp/run (counts against it): <cause>``, as train.yml prints it (a
     control character in the record, such as a terminal's escape code, printed escaped: ``\\x1b``)."""
     counted = "counts against it" if incident.get("counts", True) else "recorded, does not count against it"
+    if incident.get("recorded_after_clear"):
+        counted = "recorded after the node was cleared, does not count against it"
     return records_io.printable(
         f"incident     {incident['node']}: {incident['kind']}, attempt {incident.get('attempt')} of "
         f"{incident.get('run')} ({counted}): {incident.get('cause')}"
