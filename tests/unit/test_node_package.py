@@ -105,6 +105,12 @@ def test_installs_once_per_version_checks_it_and_points_current_at_it(tmp_path):
     assert library.stdout.strip() == str(root / version / "prometheus_client" / "__init__.py"), library.stderr
     again = install(root, version, archive)
     assert json.loads(again.stdout) == {"version": version, "installed": False, "pruned": []}
+    # roles/node_package asks first with no package on stdin: a whole version is used as it is, a missing one is
+    # said, and nothing is written until the package comes
+    assert json.loads(install(root, version, "").stdout) == {"version": version, "installed": False, "pruned": []}
+    lacking = install(tmp_path / "empty", version, "")
+    assert json.loads(lacking.stdout) == {"version": version, "installed": False, "missing": True}, lacking.stderr
+    assert not (tmp_path / "empty").exists()
 
 
 def test_a_cut_short_or_altered_archive_installs_nothing_that_looks_whole(tmp_path):

@@ -2,10 +2,12 @@
 
     python3 -c "$(cat package_install.py)" ROOT VERSION KEEP < archive.b64
 
-Reads the package (base64 of a gzipped tar, :func:`trainops.node_package.archive`) from stdin. When ROOT/VERSION
-is already whole it only marks it used now. Otherwise it unpacks into a new directory beside it, checks the files
-against VERSION with the package's own :func:`trainops.node_package.version`, marks the directory whole and
-renames it into place. Either way it points ROOT/current at it and removes the versions least recently used
+Reads the package (base64 of a gzipped tar, :func:`trainops.node_package.archive`) from stdin, only when ROOT/VERSION
+is not whole yet: when it is, it only marks it used now, and with no package on stdin (empty) and no whole version
+it answers ``{"version", "installed": false, "missing": true}`` and changes nothing, so that the package is sent
+only to a container that lacks it (roles/node_package). Otherwise it unpacks into a new directory beside it,
+checks the files against VERSION with the package's own :func:`trainops.node_package.version`, marks the directory
+whole and renames it into place. Either way it points ROOT/current at it and removes the versions least recently used
 beyond KEEP, but never one that a live process runs from (a supervisor, a smoke job's ranks). One JSON line answers:
 ``{"version", "installed", "pruned"}``; a failure is said on stderr with exit status 1 and leaves no version that
 looks whole.
@@ -92,7 +94,6 @@ PYTHON = (3, 10)
 
 def main(argv):
     root, wanted, keep = argv[0], argv[1], int(argv[2])
-    text = sys.stdin.read()
     if sys.version_info < PYTHON:
         raise ValueError(
             f"the package needs Python {'.'.join(map(str, PYTHON))} or newer as python3; the container "
@@ -104,6 +105,9 @@ def main(argv):
         if os.path.realpath(os.path.join(root, "current")) != os.path.realpath(target):
             point_current(root, wanted)
         return {"version": wanted, "installed": False, "pruned": prune(root, wanted, keep)}
+    text = sys.stdin.read()
+    if not text.strip():
+        return {"version": wanted, "installed": False, "missing": True}
     os.makedirs(root, exist_ok=True)
     work = tempfile.mkdtemp(prefix=f".{wanted}.", dir=root)
     try:
