@@ -33,7 +33,8 @@ KEYS = {
     "left_out": "node -> why it gets no rank (the incident record, -e exclude_nodes, a health check)",
     "checked_master": "the master of the plan the checks before the launch ran on",
     "manifest": "the dataset's manifest as the master read it (a re-plan plans with it again)",
-    "resume": "the last resume choice on the master (trainops.checkpoints: resume, saves, adopt, refused)",
+    "resume": "the resume choice on the master before the first attempt (trainops.checkpoints: resume, saves, adopt, "
+    "refused); each attempt's own, later ones included, is in the supervisor's attempts.json",
     "provenance": "what the run runs: the bundle's version, each node's image and stack, the launch environment",
 }
 
