@@ -13,8 +13,8 @@
 #   4. The stand-in image's own Megatron checks (-m standin: Megatron in a container of that image, not on the
 #      testbed). Where docker can put that container in a CPU cgroup that runs only when no other task wants the
 #      CPU (cgroup v1's cpu.idle, docker's cgroupfs driver), they run in the background once phase 1 has ended and
-#      the images are built: on the CPU time phase 3 leaves idle, without taking any from it. Elsewhere they run
-#      after phase 3.
+#      the images are built: on the CPU time phase 3 leaves idle (phase 3's tests beside them still lose a little
+#      speed: benchmarks/RESULTS.md). Elsewhere they run after phase 3.
 #
 # The output of the background phases goes to .cache/lint-and-tests-without-testbed.log and is printed when they
 # end. The status is non-zero when any phase failed; each phase's end and time is said.

@@ -12,8 +12,9 @@ The image must hold a Megatron-LM tree (make megatron-src); without one the modu
 
 The module needs the stand-in image, not the testbed's nodes (marker `standin`): `make test` runs it beside the
 testbed's tests, its container in the CPU cgroup MTT_STANDIN_CGROUP_PARENT names (tools/test-all.sh makes one that
-runs only on CPU time nobody else wants), so that it uses the time the testbed's tests spend waiting without slowing
-them. Its time limits, there only to stop a hang, allow for the minutes such a container may wait for a CPU.
+runs only on CPU time nobody else wants), so that it uses the time the testbed's tests spend waiting; the tests it
+runs beside still lose some speed to it (benchmarks/RESULTS.md). Its time limits, there only to stop a hang, allow
+for the minutes such a container may wait for a CPU.
 """
 
 from __future__ import annotations
