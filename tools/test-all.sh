@@ -62,7 +62,8 @@ fi
 
 rm -f "${IMAGES_STATUS}"
 mkdir -p .cache
-testbed/host-setup.sh >/dev/null 2>&1 # docker answers before the cgroup is chosen (phase 2 runs it again, aloud)
+testbed/host-setup.sh # docker.io and a dockerd that answers, before the cgroup is chosen and the images are built
+host_setup=$?
 cgroup=$(idle_cgroup)
 if [[ -n ${cgroup} ]]; then
     say "the lint, the tests that need no testbed, then the stand-in image's Megatron checks start in the background at a low CPU priority (output: ${LOG})"
@@ -82,7 +83,7 @@ stop_background() {
 trap stop_background INT TERM
 
 say "the molecule scenario, the testbed left up for the testbed's tests"
-testbed/host-setup.sh && testbed/build-images.sh
+((host_setup == 0)) && testbed/build-images.sh
 echo $? >"${IMAGES_STATUS}"
 # --destroy=never skips the scenario's first destroy too: `molecule destroy` first, so that it starts from no testbed
 [[ $(<"${IMAGES_STATUS}") == 0 ]] && "${BIN}/molecule" destroy && "${BIN}/molecule" test --destroy=never

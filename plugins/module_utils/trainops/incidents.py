@@ -236,9 +236,12 @@ def exclusion_text(
 def line(incident: Mapping[str, Any]) -> str:
     """``incident     node2: hang, attempt 1 of exp/run (counts against it): <cause>``, as train.yml prints it (a
     control character in the record, such as a terminal's escape code, printed escaped: ``\\x1b``)."""
-    counted = "counts against it" if incident.get("counts", True) else "recorded, does not count against it"
     if incident.get("recorded_after_clear"):
         counted = "recorded after the node was cleared, does not count against it"
+    elif incident.get("counts", True):
+        counted = "counts against it"
+    else:
+        counted = "recorded, does not count against it"
     return records_io.printable(
         f"incident     {incident['node']}: {incident['kind']}, attempt {incident.get('attempt')} of "
         f"{incident.get('run')} ({counted}): {incident.get('cause')}"
