@@ -2,10 +2,10 @@
 attention, SwiGLU, untied embeddings) trained at tp=2 pp=2 on the testbed's real dataset and tokenizer (the run
 test_megatron_train.py checks end to end: testbed.tp2_pp2_run), its newest verified save exported to a Hugging Face
 Llama directory on the master and fetched to the controller; the export checks itself against Megatron's own model on
-the run's own tokens; a save the ledger does not list is refused before any node is contacted; a real layout error in
-an export (the SwiGLU halves of one layer swapped) fails the same parity check and names that layer; the export goes
-back in (train.yml -e init_from) at tp=1 pp=2, imported and checked on the master, and that run's first loss is the
-exported model's on its first batch.
+the run's own tokens; a save the ledger does not list is refused before any node is contacted; the export goes back
+in (train.yml -e init_from) at tp=1 pp=2, imported and checked on the master, and that run's first loss is the
+exported model's on its first batch. That the parity check fails a real layout error in an export (the SwiGLU halves
+of one layer swapped), naming that layer, is test_megatron_cpu.py's, in the stand-in image.
 
 Needs a stand-in image with a Megatron-LM tree (`make megatron-src`; .ci/run gives it the vendored tarball).
 """
@@ -29,7 +29,7 @@ from testbed import (
     tp2_pp2_run,
 )
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.megatron]
 
 EXP = TP2_PP2_EXP
 REIMPORT = "export-reimport-tp1pp2"
@@ -38,25 +38,6 @@ MEGATRON = (
     "-e", "smoke=false", "-e", "model=tiny", "-e", "seq_length=128", "-e", "gbs=8", "-e", "num_microbatches=none",
     "-e", "mbs=2", "-e", json.dumps({"training": {"save_interval": 5, "eval_iters": 0}}),
 )  # fmt: skip
-SWAP_ONE_LAYERS_SWIGLU = """
-import json, shutil, sys
-from safetensors.torch import load_file, save_file
-sys.path.insert(0, sys.argv[1])
-from trainops.node import export_hf
-from megatron.core import dist_checkpointing
-export, bad, save = sys.argv[2], sys.argv[3], sys.argv[4]
-shutil.copytree(export, bad)
-weights = json.load(open(bad + "/model.safetensors.index.json"))["weight_map"]
-shard = bad + "/" + weights["model.layers.2.mlp.gate_proj.weight"]
-tensors = load_file(shard)
-gate, up = "model.layers.2.mlp.gate_proj.weight", "model.layers.2.mlp.up_proj.weight"
-tensors[gate], tensors[up] = tensors[up], tensors[gate]
-save_file(tensors, shard, metadata={"format": "pt"})
-export_hf.init_distributed(bad)
-args = dist_checkpointing.load_common_state_dict(save)["args"]
-config = json.load(open(bad + "/config.json"))
-print(json.dumps(export_hf.parity(args, save, bad, config["vocab_size"], sys.argv[5], 4, 128)))
-"""
 
 #: The loss the exported model gives the first global batch of a run, as Megatron computes it: the batch from the
 #: run's own sample indexes (Megatron's GPTDataset files in its data cache: shuffle, sample and document index, read
@@ -111,7 +92,7 @@ def megatron(provisioned):
         pytest.skip("the stand-in image has no Megatron-LM tree (make megatron-src MEGATRON_TARBALL=...)")
 
 
-def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_a_swapped_swiglu_is_caught(megatron, tmp_path):
+def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_goes_back_in_at_tp1_pp2(megatron, tmp_path):
     trained, run_dir = tp2_pp2_run()  # saves at 5, 10 and 15; retention keeps the newest two
     assert trained.returncode == 0, trained.stdout[-5000:]
     plan = json.loads((run_dir / "plan" / "plan.json").read_text())
@@ -146,13 +127,8 @@ def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_a_swapped_s
     assert record["parity"]["loss_relative_difference"] <= 1e-4
     assert record["parity"]["largest_logit_difference"] <= record["parity"]["logit_tolerance"]
 
-    # the check is no formality: the SwiGLU halves of layer 2 swapped in a copy fail it, at layer 2
-    save = f"{plan['checkpoint_dir']}/iter_0000015"
-    programs = in_container("node1", "readlink -f /opt/mtt-train-ops/current").stdout.strip()
-    parity = _in_master(SWAP_ONE_LAYERS_SWIGLU, programs, node_dir, "/tmp/swapped", save, plan["data_path"])
-    in_container("node1", "rm -rf /tmp/swapped")
-    assert not parity["passed"] and parity["first_differing_layer"] == 2, parity
-    assert parity["largest_logit_difference"] > parity["logit_tolerance"]
+    # that the check is no formality (an export with one layer's SwiGLU halves swapped fails it, naming that layer)
+    # is test_megatron_cpu.py's, on the same architecture in the stand-in image, off this module's time
 
     # an export is never written over
     again = playbook("playbooks/export.yml", "-e", f"run={run_dir}", "-e", f"export_dir={fetched}")
@@ -163,6 +139,7 @@ def test_a_tp2_pp2_save_exports_to_a_llama_with_megatrons_logits_and_a_swapped_s
     # checked on the master, and its first loss is the exported model's on that batch. In float32 (-e
     # precision=fp32, not the default bf16) so that Megatron's loss and transformers' agree to the last digits.
     reimport = (*MEGATRON, "-e", "tp=1", "-e", "pp=2", "-e", "train_iters=2", "-e", "precision=fp32")
+    programs = in_container("node1", "readlink -f /opt/mtt-train-ops/current").stdout.strip()
     clean_experiment(REIMPORT)
     in_container("node1", f"rm -rf /data/mtt-train-ops/checkpoints/{REIMPORT}.imported")
     started = playbook("train.yml", *reimport, "-e", f"exp={REIMPORT}", "-e", f"init_from={node_dir}")

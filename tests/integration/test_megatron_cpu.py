@@ -7,7 +7,8 @@ One container of the stand-in image (`docker run`, no network) runs every check;
     table says, or, for the silent ones (the CUDA RNG, D3), trains to a different loss. These checks run on one
     rank wherever a point does not need TP or PP, with as few iterations as show the point.
 (c) A Llama's save exported to Hugging Face and imported again (issue 37) starts a run exactly where Megatron's own
-    load of the save does.
+    load of the save does; a copy of the export with one layer's SwiGLU halves swapped fails the export's parity
+    check, naming that layer.
 The image must hold a Megatron-LM tree (make megatron-src); without one the module is skipped.
 
 The module needs the stand-in image, not the testbed's nodes (marker `standin`): `make test` runs it beside the
@@ -158,6 +159,29 @@ LLAMA = (
 )
 
 
+#: A copy of an export with the SwiGLU halves (gate and up) of layer 2 swapped, then the export's own parity check of
+#: that copy against the save: a real layout error that loads and runs. Arguments: the export, the copy, the save.
+SWAP_ONE_LAYERS_SWIGLU = """
+import json, shutil, sys
+from safetensors.torch import load_file, save_file
+sys.path.insert(0, "/tmp/pkg")
+from trainops.node import export_hf
+from megatron.core import dist_checkpointing
+export, bad, save = sys.argv[1:4]
+shutil.copytree(export, bad)
+weights = json.load(open(bad + "/model.safetensors.index.json"))["weight_map"]
+shard = bad + "/" + weights["model.layers.2.mlp.gate_proj.weight"]
+tensors = load_file(shard)
+gate, up = "model.layers.2.mlp.gate_proj.weight", "model.layers.2.mlp.up_proj.weight"
+tensors[gate], tensors[up] = tensors[up], tensors[gate]
+save_file(tensors, shard, metadata={"format": "pt"})
+export_hf.init_distributed(bad)
+args = dist_checkpointing.load_common_state_dict(save)["args"]
+config = json.load(open(bad + "/config.json"))
+print(json.dumps(export_hf.parity(args, save, bad, config["vocab_size"], None, 4, 128)))
+"""
+
+
 def _node_program(container: str, program: str, *args: str) -> dict:
     """One of the node package's programs (copied into the container) with Megatron on its path; its JSON line."""
     done = subprocess.run(
@@ -171,7 +195,8 @@ def _node_program(container: str, program: str, *args: str) -> dict:
 def test_a_llama_exported_and_imported_again_starts_exactly_where_megatrons_own_load_of_its_save_does(container):
     """Issue 37's round trip, exact: a tp=2 pp=2 save exported to Hugging Face and imported again; at tp=1 pp=2, a run
     from the import and a run Megatron starts from the save itself (--pretrained-checkpoint, its own resharding load)
-    print the same losses to the last digit."""
+    print the same losses to the last digit. A copy of the export with one layer's SwiGLU halves swapped fails the
+    export's parity check at that layer."""
     rc, out, _ = megatron(container, "llama-tp2pp2", model=LLAMA, tp=2, pp=2, ranks=4, until=6)
     assert rc == 0 and "successfully saved checkpoint from iteration       6" in out, out[-3000:]
     subprocess.run(["docker", "exec", container, "mkdir", "-p", "/tmp/pkg"], check=True)
@@ -179,6 +204,16 @@ def test_a_llama_exported_and_imported_again_starts_exactly_where_megatrons_own_
     exported = _node_program(container, "export_hf.py", "--save", "/tmp/ckpt/llama-tp2pp2/iter_0000006",
                              "--out", "/tmp/llama-hf")  # fmt: skip
     assert exported["verified"] and (exported["vocab_size"], exported["padded_vocab_size"]) == (4160, 4224)
+    # the check is no formality: the SwiGLU halves of layer 2 swapped in a copy of the export fail it, at layer 2
+    swapped = subprocess.run(
+        ["docker", "exec", "-e", "PYTHONPATH=/home/Megatron-LM", container, "python3", "-W", "ignore", "-c",
+         SWAP_ONE_LAYERS_SWIGLU, "/tmp/llama-hf", "/tmp/llama-hf-swapped", "/tmp/ckpt/llama-tp2pp2/iter_0000006"],
+        capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
+    )  # fmt: skip
+    assert swapped.stdout.strip(), swapped.stderr[-3000:]
+    parity = json.loads(swapped.stdout.strip().splitlines()[-1])
+    assert not parity["passed"] and parity["first_differing_layer"] == 2, parity
+    assert parity["largest_logit_difference"] > parity["logit_tolerance"]
     # what a user can get wrong is refused before anything is written, naming the cause
     other = _node_program(container, "import_hf.py", "--hf", "/tmp/llama-hf", "--out", "/tmp/refused",
                           "--expect", '{"hidden_size": 4096, "num_key_value_heads": 8}')  # fmt: skip
