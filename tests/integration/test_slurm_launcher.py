@@ -146,17 +146,26 @@ def test_a_rank_killed_mid_run_is_named_and_slurms_state_reported(provisioned):
 def test_stop_cancels_a_running_job_and_no_rank_survives_in_any_container(provisioned):
     exp = "slurm-stopped"
     _clean(exp)
-    started = playbook("train.yml", "-e", f"exp={exp}", "-e", "fresh=true", "-e", "wait=false", *LONG, *SLURM)
-    assert started.returncode == 0, started.stdout[-4000:]
-    job_id = _job_id(started.stdout)
-    wait_for_iterations(exp, count=5)
-    status = playbook("playbooks/status.yml", *SLURM)
-    assert status.returncode == 0, status.stdout[-4000:]
-    assert re.search(rf"Slurm job {job_id} RUNNING on node\[1-2\] for \S+, run {exp}/", status.stdout)
-
-    stop = playbook("stop.yml", *SLURM)
+    # a terminal follows the run (train.yml, as a user's does) while another stops it: the follower is told that
+    # stop.yml stopped it, not that someone cancelled its job in Slurm (as it was before stop.yml told the run's
+    # supervisor first)
+    follower = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", *LONG, *SLURM)
+    try:
+        wait_for_iterations(exp, count=5)
+        status = playbook("playbooks/status.yml", *SLURM)
+        assert status.returncode == 0, status.stdout[-4000:]
+        running = re.search(rf"Slurm job (\d+) RUNNING on node\[1-2\] for \S+, run {exp}/", status.stdout)
+        assert running, status.stdout[-4000:]
+        job_id = running.group(1)
+        stop = playbook("stop.yml", *SLURM)
+        followed, _ = follower.communicate(timeout=600)
+    finally:
+        follower.kill()
     assert stop.returncode == 0, stop.stdout[-4000:]
     assert _sacct(job_id) == "CANCELLED by 0"
+    said = " ".join(followed.split())
+    assert follower.returncode != 0 and "stop.yml stopped the run: no new attempt" in said, followed[-5000:]
+    assert "not by stop.yml" not in said, followed[-5000:]
     assert not _bundle_jobs()
     _no_rank_left()
     # the ranks were stopped by the job's own tasks as Slurm ended them, before stop.yml's node plays looked: no

@@ -57,6 +57,8 @@ from .watch import supervisor_node
 OnNode = Callable[..., dict[str, Any]]
 #: Seconds a stop waits after SIGTERM before SIGKILL when the run's options do not say (-e stop_grace).
 STOP_GRACE_S = 30
+#: Seconds beyond the stop grace that a stop of a Slurm job's attempt waits for Slurm's cancel to stop the ranks.
+SLURM_CANCEL_WAIT_S = 30
 #: The state directory under the run's directory on the supervisor's host.
 STATE_DIR = os.path.join("supervisor", "run")
 
@@ -286,6 +288,8 @@ class Lifecycle:
         survivors = {}
         given = [(asked or {}).get("grace"), self.options.get("stop_grace")]
         grace = int(next((value for value in given if value is not None), STOP_GRACE_S))
+        if (asked or {}).get("slurm_cancels"):
+            self._await_slurm_cancel(plan, answering, grace)
         for name in answering:
             argv = ["python3", f"{self.programs}/run_groups.py", "stop", name, plan["work_home"],
                     "--run-dir", plan["run_dir"], "--grace", str(grace)]  # fmt: skip
@@ -305,6 +309,27 @@ class Lifecycle:
                          "needed")  # fmt: skip
         self.attempts.mark("stopped")
         return survivors
+
+    def _await_slurm_cancel(self, plan: Mapping[str, Any], answering: list[str], grace: int) -> None:
+        """stop.yml asked, and cancels the run's Slurm job next (scancel): the job's tasks stop the ranks on every
+        node, so that Slurm's account says CANCELLED rather than a job whose ranks ended under it. Wait up to the
+        grace plus :data:`SLURM_CANCEL_WAIT_S` for every node's launches to end that way; :meth:`_stop` then stops
+        what is left."""
+        left, deadline = list(answering), time.monotonic() + grace + SLURM_CANCEL_WAIT_S
+        self.say(f"supervisor: stop.yml cancels the Slurm job: waiting for its tasks to stop the ranks on "
+                 f"{', '.join(left)}")  # fmt: skip
+        while left and time.monotonic() < deadline:
+            for name in list(left):
+                argv = ["python3", f"{self.programs}/run_groups.py", "list", name, plan["work_home"],
+                        "--run-dir", plan["run_dir"]]  # fmt: skip
+                try:
+                    live = json.loads(self.on_node(name, argv).get("stdout") or "")["live"]
+                except (ValueError, KeyError, TypeError):
+                    live = []  # no answer to read: the stop that follows finds what is left
+                if not live:
+                    left.remove(name)
+            if left:
+                time.sleep(1)
 
     def _gather(self, plan: Mapping[str, Any], name: str) -> None:
         """The node's logs of the attempt (with the master's marks), unpacked into the state directory."""

@@ -825,10 +825,13 @@ def status(run_dir: str, take_up: bool) -> dict[str, object]:
     return answer
 
 
-def stop(work_home: str, grace: int, wait: float) -> dict[str, object]:
+def stop(work_home: str, grace: int, wait: float, slurm_cancels: bool = False) -> dict[str, object]:
     """Ask the supervisor of every run under ``work_home`` that lives in this container to stop its run (its
     ``stop.json``), then wait up to ``wait`` seconds for each to end. Each run: ``run_dir``, ``pid``, ``ended``
-    (its result is written), ``state``, ``attempt``, ``stopped`` (node -> the process groups it stopped there)."""
+    (its result is written), ``state``, ``attempt``, ``stopped`` (node -> the process groups it stopped there).
+    ``slurm_cancels``: stop.yml cancels the run's Slurm job next (scancel), whose tasks stop the ranks; the
+    supervisor waits for that before it stops what is left itself (:meth:`trainops.lifecycle.Lifecycle._stop`),
+    so that Slurm's account of the job says CANCELLED. A request already made is kept as it was."""
     asked = []
     for request in sorted(glob.glob(os.path.join(work_home, "runs", "*", "*", "supervisor", "request.json"))):
         run_dir = os.path.dirname(os.path.dirname(request))
@@ -836,7 +839,8 @@ def stop(work_home: str, grace: int, wait: float) -> dict[str, object]:
         pid = alive(files)
         if pid and not os.path.exists(files["result.json"]):
             if not os.path.exists(files["stop.json"]):
-                write_json(files["stop.json"], {"asked_at": time.time(), "grace": grace})
+                asked_now = {"asked_at": time.time(), "grace": grace, "slurm_cancels": slurm_cancels}
+                write_json(files["stop.json"], asked_now)
             asked.append((run_dir, files, pid))
     deadline = time.monotonic() + wait
     while any(not os.path.exists(f["result.json"]) for _, f, _ in asked) and time.monotonic() < deadline:
@@ -871,6 +875,7 @@ def main(argv: list[str]) -> int:
     stopper.add_argument("--work-home", required=True, help="the bundle's work directory in this container")
     stopper.add_argument("--grace", type=int, default=30, help="seconds between SIGTERM and SIGKILL")
     stopper.add_argument("--wait", type=float, default=180.0, help="seconds to wait for the supervisors to end")
+    stopper.add_argument("--slurm-cancels", action="store_true", help="the runs' Slurm jobs are cancelled next")
     for name in ("start", "read", "evidence", "status", "receive", "move"):
         sub = commands.add_parser(name)
         sub.add_argument("--run-dir", required=True, help="the run's directory in this container")
@@ -889,7 +894,7 @@ def main(argv: list[str]) -> int:
     elif args.command == "status":
         answer = status(args.run_dir, args.take_up)
     elif args.command == "stop":
-        answer = stop(args.work_home, args.grace, args.wait)
+        answer = stop(args.work_home, args.grace, args.wait, args.slurm_cancels)
     elif args.command == "receive":
         answer = receive(args.run_dir, sys.stdin.read())
     elif args.command == "move":
