@@ -60,12 +60,6 @@ def _run(*cmd: str, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(autouse=True)
-def no_incidents_before():
-    """Not the testbed's: the module touches no run and no incident record (it runs beside the testbed's tests)."""
-    yield
-
-
 @pytest.fixture(scope="module")
 def container():
     """A container of the stand-in image (built as `make testbed-up` builds it), removed at the end. The image ships
