@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,19 @@ def test_the_archive_of_a_version_is_built_once_and_kept_alone_in_the_cache(tmp_
     assert [p.name for p in cache.iterdir()] == [f"{newer}.b64"]  # the older version's archive is gone
     with pytest.raises(node_package.PackageChanged):  # without a cached archive, an edit is refused as before
         node_package.archive(str(copy), version, str(tmp_path / "empty"))
+
+
+def test_building_the_archive_leaves_another_writers_file_alone(tmp_path):
+    """A playbook's hosts build the archive at once, in parallel workers: one that finds no archive must not remove
+    the temporary file another is writing (seen: provision.yml failing on node2 with the file gone under it); a
+    killed writer's leftover, older than STALE_TMP_S, is removed."""
+    copy, cache = copy_package(tmp_path, "a"), tmp_path / "cache"
+    cache.mkdir()
+    writing, left = cache / "tmpwriting.tmp", cache / "tmpleft.tmp"
+    for path in (writing, left):
+        path.write_text("partial")
+    old = time.time() - node_package.STALE_TMP_S - 60
+    os.utime(left, (old, old))
+    version = node_package.version(str(copy))
+    node_package.archive(str(copy), version, str(cache))
+    assert sorted(p.name for p in cache.iterdir()) == sorted([f"{version}.b64", writing.name])

@@ -29,11 +29,14 @@ import os
 import sys
 import tarfile
 import tempfile
+import time
 
 #: Where the package is installed inside the training container.
 ROOT = "/opt/mtt-train-ops"
 #: How many versions a container keeps (the newest; a long run's version stays while up to KEEP - 1 newer come).
 KEEP = 8
+#: Seconds after which a file of the archive cache that is not the current archive is a killed writer's leftover.
+STALE_TMP_S = 600
 
 
 #: Third-party libraries the node programs import, shipped in the package beside ``trainops`` so that a training
@@ -114,12 +117,16 @@ def archive(package_dir: str, expected: str | None = None, cache_dir: str | None
     text = _archive(package_dir, expected)
     if cached:
         os.makedirs(cache_dir, exist_ok=True)
+        # other versions' archives, and what a killed writer left; not the temporary file of another writer now (a
+        # playbook's hosts build the archive at once, in parallel workers)
         for old in os.listdir(cache_dir):
+            path = os.path.join(cache_dir, old)
             with contextlib.suppress(OSError):
-                os.remove(os.path.join(cache_dir, old))
+                if (old.endswith(".b64") and path != cached) or time.time() - os.path.getmtime(path) > STALE_TMP_S:
+                    os.remove(path)
         with tempfile.NamedTemporaryFile("w", dir=cache_dir, suffix=".tmp", delete=False, encoding="ascii") as tmp:
             tmp.write(text)
-        os.replace(tmp.name, cached)  # whole or not there: two playbooks at once write the same bytes
+        os.replace(tmp.name, cached)  # whole or not there: two writers at once write the same bytes
     return text
 
 
