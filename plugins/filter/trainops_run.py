@@ -63,29 +63,33 @@ def status_text(
 ) -> str:
     """status.yml's display, from its probe loop's results (each: ``item.item`` the run dir, ``watch``) and, when
     given, its supervisor loop's (each: ``item``, the plan's read: ``item.item`` the run dir, ``item.stdout`` its
-    plan, whose ``supervisor`` names the node asked, else ``master``; ``stdout``, supervise.py status's JSON, or
-    ``unreachable`` with ``msg`` when that node did not answer)."""
-    seen, hosts = {}, {}
+    plan, whose ``supervisor`` names the node asked, else its master, else ``master``; ``stdout``, supervise.py
+    status's JSON, or ``unreachable`` with ``msg`` when that node did not answer). A run with a supervisor's answer
+    but no probe (its master was left out) is shown with its master silent."""
+    seen, hosts, masters = {}, {}, {}
     for reply in supervisors or []:
         run_dir = (reply.get("item") or {}).get("item")
         try:
-            hosts[run_dir] = json.loads((reply.get("item") or {}).get("stdout") or "{}").get("supervisor") or master
+            plan = json.loads((reply.get("item") or {}).get("stdout") or "{}")
         except ValueError:
-            hosts[run_dir] = master
+            plan = {}
+        hosts[run_dir], masters[run_dir] = plan.get("supervisor") or plan.get("master") or master, plan.get("master")
         if reply.get("unreachable"):
-            seen[run_dir] = {"silent": outcome_core.connection_error(reply.get("msg"))}
+            standby = watch_core.standby_node(plan) if plan.get("master") and plan.get("nodes") else None
+            seen[run_dir] = {"silent": outcome_core.connection_error(reply.get("msg")), "standby": standby}
             continue
         try:
             answer = json.loads(reply.get("stdout") or "")
         except ValueError:
             continue
         seen[answer.get("run_dir") or run_dir] = answer
-    runs = []
-    for probe in probes:
-        run = {"run_dir": probe["item"]["item"], "watch": probe["watch"]}
-        if supervisors is not None:
-            run.update(master=hosts.get(run["run_dir"]) or master, supervisor=seen.get(run["run_dir"]))
-        runs.append(run)
+    runs = [{"run_dir": probe["item"]["item"], "watch": probe["watch"]} for probe in probes]
+    # a run whose master was left out (it did not answer) is not probed (probe.sh runs there): shown as such
+    probed = {run["run_dir"] for run in runs}
+    runs += [{"run_dir": run_dir, "watch": {"master_silent": masters[run_dir]}} for run_dir in hosts
+             if run_dir not in probed and masters.get(run_dir)]  # fmt: skip
+    for run in runs if supervisors is not None else []:
+        run.update(master=hosts.get(run["run_dir"]) or master, supervisor=seen.get(run["run_dir"]))
     return outcome_core.status_text(runs)
 
 
@@ -160,6 +164,7 @@ class FilterModule:
             "trainops_status_text": status_text,
             "trainops_followed_text": followed_text,
             "trainops_moved_text": moved_text,
+            "trainops_standby_node": watch_core.standby_node,
             "trainops_watch_options": watch_options,
             "trainops_left_out": left_out,
             "trainops_incident_line": incidents_core.line,

@@ -1,7 +1,8 @@
 """What needs a third node, on a testbed grown to three for this module and shrunk back to two after it: the full
 health check's pairs naming the node whose link is slowed (a real rate limit on node3's interface: tc tbf, since
 this kernel has no netem), a spare taking the place of a hung rank's node in an elastic restart, and a supervisor
-on a node without ranks (-e supervisor_host) whose supervision moves to the master when that node is lost. Every
+on a node without ranks (-e supervisor_host) whose supervision moves to the master when that node is lost, and on to
+the next node when the master is lost in turn. Every
 verdict comes from health.yml, train.yml or status.yml over SSH. An elastic re-plan without a spare (a lost node,
 at half the dp) is test_megatron_train.py's."""
 
@@ -10,18 +11,15 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import subprocess
 import time
 
 import pytest
 
 from testbed import (
-    BIN,
     INVENTORY,
     ROOT,
     SMALL,
     docker,
-    env,
     in_container,
     in_node,
     inventory_copy,
@@ -58,6 +56,20 @@ def three_nodes(provisioned):
         yield
     finally:
         hosts.write_text(two_nodes)
+
+
+@contextlib.contextmanager
+def node_cut(node: str):
+    """Every packet in or out of the node's interface dropped (its own network namespace), as when a host's link or
+    power goes: no peer, no controller reaches it; loopback inside it is left alone."""
+    rules = (("INPUT", "-i"), ("OUTPUT", "-o"))
+    for chain, way in rules:
+        in_node(node, f"iptables -I {chain} {way} eth0 -j DROP")
+    try:
+        yield
+    finally:
+        for chain, way in rules:
+            in_node(node, f"iptables -D {chain} {way} eth0 -j DROP", check=False)
 
 
 @contextlib.contextmanager
@@ -153,12 +165,17 @@ def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_and_moves_to_the_
     record to the master. A rank killed on the master is restarted from node3. Then node3 is lost (its node
     container stopped: its engine, its training container and the supervisor with them): the ranks go on; status.yml
     names the silent node; status.yml -e supervisor_host=node1 moves the supervision to the master, from the copy,
-    without launching ranks; a rank killed on node2 is restarted by it; stop.yml ends the run and a follower reports
-    all three attempts. -e wait=false: no terminal follows the run while node3 is lost."""
+    without launching ranks; a rank killed on node2 is restarted by it, which copies the record to node2 in turn
+    (the supervisor is on the master now). Then the master is lost with its supervisor (its link cut, the supervisor
+    killed): one status.yml names it, moves the supervision to node2 from that copy (-e supervisor_host=node2) and
+    follows the run there to its end: node2's supervisor finds the master lost, and with no restart left the run
+    ends, reporting all three attempts and the master's loss as an incident. -e wait=false: no terminal follows the
+    run while a node is lost."""
     exp = "supervisor-elsewhere"
     _clean(exp)
     inventory = inventory_copy(tmp_path, node3={"spare": True})
     without_node3 = ("--limit", "localhost,all,!node3")
+    without_node1_node3 = ("--limit", "localhost,all,!node1,!node3")
     # overridden, and why: train_iters so that the run outlasts every step (stop.yml ends it), save_interval 5 so
     # that saves come within seconds, wait=false so that no terminal follows while node3 is lost; the defaults as
     # rendered run in test_megatron_defaults.py and test_train.py
@@ -207,28 +224,42 @@ def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_and_moves_to_the_
         _wait_until(lambda: _attempt(in_container("node1", f"cat {record}/run/attempts.json", check=False)) == 3,
                     "attempt 3, launched by the supervisor moved to node1")  # fmt: skip
         wait_for_checkpoint(exp, _tracker(exp) + 5)
-        follower = subprocess.Popen(
-            [str(BIN / "ansible-playbook"), "-i", str(inventory), "playbooks/status.yml", *without_node3,
-             "-e", "follow=true", "-e", "train_wait=600"],
-            cwd=ROOT, env=env(), stdout=open(tmp_path / "follow.out", "w"), stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        _wait_until(lambda: "iteration" in (tmp_path / "follow.out").read_text(), "the follower's progress")
-        stop = playbook("stop.yml", *without_node3, inventory=inventory)
-        assert stop.returncode == 0, stop.stdout[-3000:]
-        assert re.search(rf"node1: run {exp}/\S+: stopped by its supervisor \(pid \d+\): attempt 3 ended", stop.stdout)
-        follower.wait(timeout=300)
-        followed = (tmp_path / "follow.out").read_text()
-        assert follower.returncode == 0, followed[-5000:]
+        # the supervisor, now on the master, copies the record to the plan's next node (node2, its standby)
+        _wait_until(lambda: _attempt(in_container("node2", f"cat {copied}/run/attempts.json", check=False)) == 3,
+                    "attempt 3 in node2's copy of the record")  # fmt: skip
+        # then the master is lost with its supervisor: its link drops every packet, its supervisor is killed
+        with node_cut("node1"):
+            # (the supervisor a move started is its `supervise.py move` process, detached)
+            in_container("node1", f"pkill -9 -f '[s]upervise.py .*--run-dir .*/{exp}/'")
+            # one status.yml says so, moves the supervision to node2 and follows the run there to its end
+            lost = playbook("playbooks/status.yml", *without_node1_node3, "-e", "supervisor_host=node2",
+                            "-e", "follow=true", "-e", "train_wait=600", inventory=inventory)  # fmt: skip
+        said = " ".join(lost.stdout.split())
+        assert lost.returncode == 0, lost.stdout[-5000:]
+        assert "watched by nobody that answers: its supervisor's node node1 did not answer" in said, said[-5000:]
+        assert "status.yml -e supervisor_host=node2 moves its supervision to node2" in said
+        assert "master node1 did not answer (left out): this run was not probed" in said
+        assert re.search(rf"run \S+/{exp}/\S+: its supervision moved from node1 to node2 \(pid \d+\)", said), said
+        # judged from inside the cluster: node2's supervisor cannot reach the master; no restart is left (2 used)
+        assert re.search(r"attempt 3: failed \(lost, node1\)", said), said[-5000:]
+        events = in_container("node2", f"cat {record}/events").stdout
+        assert "supervisor: the run's supervision moved here (node2, pid " in events, events[-3000:]
+        assert "attempt 4" not in events, events[-3000:]
     finally:
         docker("start", node_container("node3"))
+    stop = playbook("stop.yml", inventory=inventory)  # node1 back: its ranks, cut off from node2, are stopped here
+    assert stop.returncode == 0, stop.stdout[-3000:]
     summary = json.loads((latest_run(exp) / "summary.json").read_text())
-    assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]][:2] == [
+    assert [(a["attempt"], a["state"], a["node"]) for a in summary["attempts"]] == [
         (1, "failed", "node1"),
         (2, "failed", "node2"),
+        (3, "failed", "node1"),
     ], summary["attempts"]
-    assert [a["attempt"] for a in summary["attempts"]] == [1, 2, 3], summary["attempts"]
+    assert summary["attempts"][2]["kind"] == "lost", summary["attempts"][2]
     plan = json.loads((latest_run(exp) / "plan" / "plan.json").read_text())
-    assert plan["supervisor"] == "node1" and [n["name"] for n in plan["nodes"]] == ["node1", "node2"]
+    assert plan["supervisor"] == "node2" and [n["name"] for n in plan["nodes"]] == ["node1", "node2"]
+    recorded = [json.loads(line) for line in (ROOT / "runs" / "incidents.jsonl").read_text().splitlines()]
+    assert [(r["node"], r["kind"], r["attempt"]) for r in recorded if r["kind"] == "lost"] == [("node1", "lost", 3)]
     for node in ("node1", "node2"):
         assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
 

@@ -232,6 +232,16 @@ def test_status_names_the_node_each_runs_supervisor_is_asked_on_and_one_that_did
     assert "watched  by nobody that answers: its supervisor's node node3 did not answer (" in text
     assert "No route to host" in text and "the ranks go on unwatched" in text
     assert "watched  by its supervisor (pid 7 in node1's container since" in text
+    # a run whose master was left out (--limit) with its supervisor on it: not probed, its record's copy on node2
+    lost = {"item": "/w/runs/c/r3", "stdout": json.dumps({
+        "master": "node1", "supervisor": "", "nodes": [{"name": "node1"}, {"name": "node2"}]})}  # fmt: skip
+    silent = {"item": lost, "unreachable": True, "msg": "ssh: connect to host 10.0.0.1 port 22: Connection timed out"}
+    text = status_text(probes, [*supervisors, silent], "node1")
+    run = text[text.index("run /w/runs/c/r3") :]
+    assert "its supervisor's node node1 did not answer (" in run and "Connection timed out" in run
+    assert "status.yml -e supervisor_host=node2 moves its supervision to node2, which holds a copy of its record" in run
+    assert "  master   node1 did not answer (left out): this run was not probed" in run
+    assert "progress" not in run  # no probe: nothing said of its ranks' progress
 
 
 def test_provenance_takes_the_stacks_of_the_nodes_that_hold_one(tmp_path):

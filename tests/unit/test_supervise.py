@@ -308,13 +308,17 @@ def test_a_supervisor_on_another_node_copies_its_record_to_the_master_and_the_su
     """-e supervisor_host=node3: the record is copied to the master (node1) as the watch goes; node3 lost (its
     supervisor killed), ``move`` on the master takes the run up from the copy, without a launch, and names node1 in
     the plans; the old supervisor, started again, is told it was superseded and acts no more. The two nodes' run
-    directories are two directories here: on-node.sh maps the run's path to the master's for node1."""
+    directories are three directories here: on-node.sh maps the run's path to the master's for node1, and the
+    master's to node2's for node2 (the moved supervisor's standby node, which it copies the record to in turn)."""
     run_dir, request_text = run
     master_dir = tmp_path / "master" / "runs" / "sv" / "r1"
-    master_dir.mkdir(parents=True)
+    node2_dir = tmp_path / "node2" / "runs" / "sv" / "r1"
+    for where in (master_dir, node2_dir):
+        where.mkdir(parents=True)
     (master_dir / "probe.sh").write_text(f"cat {run_dir}/states\n")
-    on_node = (f"from={run_dir}; to={master_dir}\n"
-               'name=$1; shift; if [[ $name == node1 ]]; then exec "${@//$from/$to}"; fi; exec "$@"\n')  # fmt: skip
+    on_node = (f"from={run_dir}; to={master_dir}; standby={node2_dir}\n"
+               'name=$1; shift; if [[ $name == node1 ]]; then exec "${@//$from/$to}"; fi\n'
+               'if [[ $name == node2 ]]; then exec "${@//$to/$standby}"; fi; exec "$@"\n')  # fmt: skip
     for where in (run_dir, master_dir):
         (where / "on-node.sh").write_text(on_node)
     request = json.loads(request_text)
@@ -327,6 +331,8 @@ def test_a_supervisor_on_another_node_copies_its_record_to_the_master_and_the_su
     assert json.loads((copy / "copied.json").read_text())["from"] == "node3"
     assert json.loads((copy / "run" / "attempts.json").read_text())["current"]["number"] == 1
     assert not (master_dir / "supervisor").exists()  # a copy, not a second supervisor
+    held = supervise("copies", "--work-home", str(tmp_path / "master"))["runs"]  # what status.yml finds there
+    assert [(one["run_dir"], one["supervisor"]) for one in held] == [(str(master_dir), "node3")]
     os.kill(old, signal.SIGKILL)  # node3 lost, with its supervisor
     refused = supervise("move", "--run-dir", str(run_dir), "--node", "node3")  # no copy on the supervisor's node
     assert "no copy of the run's record here" in refused["refused"]
@@ -359,4 +365,45 @@ def test_a_supervisor_on_another_node_copies_its_record_to_the_master_and_the_su
     assert result["watch"]["state"] == "finished"
     state = json.loads((master_dir / "supervisor" / "run" / "attempts.json").read_text())
     assert len(state["records"]) == 0 and state["current"]["plan"]["supervisor"] == "node1"  # no launch again
+    # the supervisor now on the master copies its record to the plan's next node, node2, up to the run's end: should
+    # the master be lost too, its supervision moves there
+    standby = node2_dir / "supervisor.copy"
+    deadline = time.monotonic() + 10  # the run's end is copied after its result is written
+    while not (standby / "result.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert json.loads((standby / "copied.json").read_text())["from"] == "node1"
+    assert json.loads((standby / "result.json").read_text())["watch"]["state"] == "finished"
+    assert supervise("copies", "--work-home", str(tmp_path / "node2")) == {"runs": []}  # it has ended
     assert (copy / "result.json").exists() is False  # the master's own record ends; the copy was node3's
+
+
+def test_copies_are_of_the_newest_unended_run_and_of_none_once_a_later_run_began(tmp_path):
+    """status.yml finds a lost supervisor's run by the copy on its standby node: only the newest run's copy counts (a
+    node runs one run at a time, so an older copy is of a run that is over), and none once a run began after it."""
+    work = tmp_path / "work"
+
+    def run_with_copy(name: str, started: float, ended: bool = False) -> Path:
+        run_dir = work / "runs" / "exp" / name
+        copy = run_dir / "supervisor.copy"
+        copy.mkdir(parents=True)
+        (run_dir / "plan.json").write_text("{}")
+        os.utime(run_dir / "plan.json", (started, started))
+        (copy / "copied.json").write_text(json.dumps({"from": "node1", "at": started + 5}))
+        (copy / "request.json").write_text(json.dumps({"run": {"run_started": started}}))
+        if ended:
+            (copy / "result.json").write_text("{}")
+        return run_dir
+
+    now = time.time()
+    run_with_copy("r1", now - 3000)  # its supervisor died unended, long ago
+    newest = run_with_copy("r2", now - 100)
+    assert supervise("copies", "--work-home", str(work))["runs"] == [
+        {"run_dir": str(newest), "supervisor": "node1", "copied_at": now - 95}
+    ]
+    (newest / "supervisor.copy" / "result.json").write_text("{}")  # ended: the older one is over too
+    assert supervise("copies", "--work-home", str(work))["runs"] == []
+    later = work / "runs" / "other" / "r3"
+    later.mkdir(parents=True)
+    (later / "plan.json").write_text("{}")  # a run without a copy here, begun now
+    (newest / "supervisor.copy" / "result.json").unlink()
+    assert supervise("copies", "--work-home", str(work))["runs"] == []

@@ -14,7 +14,7 @@ import yaml
 from presets import load_preset, make_plan
 from trainops.megatron_log import parse_lines
 from trainops.options import OPTIONS
-from trainops.watch import ProbeError, Progress, Watcher, WatchRequest, parse_probe
+from trainops.watch import ProbeError, Progress, Watcher, WatchRequest, parse_probe, standby_node
 from trainops.watch import judge_nodes as judge
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,13 @@ LOG = (
 def plan():
     layout = {"train_iters": 20, "seq_length": 256, "gbs": 8, "precision": "bf16"}
     return make_plan(model=load_preset("tiny"), hosts=HOSTS, layout=layout, run_id="r1", exp_name="watch")
+
+
+def test_the_standby_node_is_the_master_or_with_the_supervisor_on_the_master_the_next_node(plan):
+    assert (plan["master"], plan.get("supervisor") or plan["master"]) == ("node1", "node1")
+    assert standby_node(plan) == "node2"
+    assert standby_node(dict(plan, supervisor="node3")) == "node1"  # -e supervisor_host: the master holds the copy
+    assert standby_node(dict(plan, nodes=plan["nodes"][:1])) is None  # one node: nowhere else to move to
 
 
 def test_parse_probe_states_header_and_log():

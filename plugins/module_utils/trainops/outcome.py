@@ -169,13 +169,16 @@ def silent_nodes_text(
 
 def supervisor_text(master: str, seen: Mapping[str, Any] | None) -> str:
     """Who watches a live run, from its supervisor's ``status`` (the node package's supervise.py) on ``master`` (the
-    node whose container runs it: -e supervisor_host's, else the master); ``{"silent": why}`` when that node did
-    not answer."""
+    node whose container runs it: -e supervisor_host's, else the master); ``{"silent": why, "standby": the node that
+    holds a copy of the run's record}`` when that node did not answer."""
     if seen and seen.get("silent"):
+        standby = seen.get("standby")
+        move = (f"; status.yml -e supervisor_host={standby} moves its supervision to {standby}, which holds a copy of "
+                "its record") if standby else ""  # fmt: skip
         return (
             f"nobody that answers: its supervisor's node {master} did not answer ({clip(seen['silent'], 200)}); the "
             f"ranks go on unwatched (no restart, no hang diagnosis) until {master} answers again and status.yml "
-            "starts its supervisor again there, or stop.yml ends the run"
+            f"starts its supervisor again there, or stop.yml ends the run{move}"
         )
     if seen and seen.get("superseded"):
         return f"nobody on {master}: {seen['superseded']}"
@@ -259,6 +262,12 @@ def status_text(runs: Sequence[Mapping[str, Any]]) -> str:
                              f"{'; left out: ' + out if out else ''}")  # fmt: skip
             if seen.get("last_verified") is not None:
                 lines.append(f"  saved    iteration {seen['last_verified']} (the newest verified save)")
+        if watch.get("master_silent"):
+            lines.append(
+                f"  master   {watch['master_silent']} did not answer (left out): this run was not probed; its rank 0 "
+                "was there, so its ranks elsewhere cannot train on without it"
+            )
+            continue
         for name, node in (watch.get("nodes") or {}).items():
             detail = node.get("detail")
             shown = f"(process group {detail})" if node.get("state") == "running" else detail

@@ -661,6 +661,16 @@ def supervisor_node(plan: Mapping[str, Any]) -> str:
     return str(plan.get("supervisor") or plan["master"])
 
 
+def standby_node(plan: Mapping[str, Any]) -> str | None:
+    """The node that holds a copy of the run's record (the supervisor's RecordCopy), where its supervision can be
+    moved should the supervisor's node be lost: the master while the supervisor runs on another node (-e
+    supervisor_host), else the plan's first other node; None for a run on the supervisor's node alone."""
+    here = supervisor_node(plan)
+    if here != plan["master"]:
+        return str(plan["master"])
+    return next((str(node["name"]) for node in plan["nodes"] if node["name"] != here), None)
+
+
 def silent_master(plan: Mapping[str, Any], silent_s: float, why: str) -> dict[str, Any] | None:
     """The follower's verdict on the supervisor's node (the plan's ``supervisor``, else its master) that has not
     answered it for ``silent_s`` seconds: None (keep trying) below :data:`MASTER_SILENT_S`; else, for the master, a

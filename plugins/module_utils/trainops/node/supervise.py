@@ -10,6 +10,7 @@ that neither the watch nor the restarts depend on the controller that started it
                                                                  supervisor again when it died before the run ended
     python3 supervise.py receive --run-dir DIR < copy.json      keep the record's copy a supervisor elsewhere sends
     python3 supervise.py move --run-dir DIR --node NAME         take the supervision over here, from that copy
+    python3 supervise.py copies --work-home DIR                 the unended runs whose record's copy is here
     python3 supervise.py stop --work-home DIR [--grace S] [--wait S]
                                  ask every run's supervisor living here to stop its run, and wait until each has
                                  (stop.yml)
@@ -53,6 +54,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -68,15 +70,16 @@ UNBOUNDED_S = 10**9
 EVENTS_LIMIT = 4 << 20
 
 
-#: Seconds between copies of the record to the run's master while a supervisor on another node watches (-e
-#: supervisor_host); a step of the lifecycle (an attempt's end, a launch) is copied at once.
+#: Seconds between copies of the record to the run's standby node (trainops.watch.standby_node: the master while a
+#: supervisor on another node watches, -e supervisor_host; else the plan's next node); a step of the lifecycle (an
+#: attempt's end, a launch) is copied at once.
 COPY_EVERY_S = 30.0
 #: The record's files a copy holds (under supervisor/): what a supervisor moved to the copy's node takes the run up
 #: from, and each ended attempt's record (the report's attempts). Not the events (its lines begin anew there), nor
 #: the logs gathered after a failure (gathered again).
 COPIED = ("request.json", "pid", "snapshot.json", "run/attempts.json", "result.json")
 ATTEMPT_RECORD = re.compile(r"run/attempt-[0-9]+/attempt\.json")
-#: The copy's directory beside supervisor/, on the run's master.
+#: The copy's directory beside supervisor/, on the run's standby node.
 COPY_DIR = "supervisor.copy"
 
 
@@ -182,6 +185,7 @@ class EventLog:
 
     def __init__(self, path: str, limit: int = EVENTS_LIMIT) -> None:
         self.path, self.limit = path, limit
+        self._said = threading.Lock()
         with events_locked(path, exclusive=True):
             if not os.path.exists(path) and os.path.exists(f"{path}.new"):  # killed between the two renames
                 os.replace(f"{path}.new", path)
@@ -206,13 +210,14 @@ class EventLog:
         os.replace(f"{self.path}.new", self.path)
 
     def say(self, line: str) -> None:
-        self.size += os.write(self.fd, (json.dumps({"t": round(time.time(), 3), "line": line}) + "\n").encode())
-        if self.size >= self.limit:
-            with events_locked(self.path, exclusive=True):
-                self._begin(self.base + self.size)
-                os.close(self.fd)
-                self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            self.base, self.size = base_of(self.path), os.fstat(self.fd).st_size
+        with self._said:  # the record's copy says from a thread of its own
+            self.size += os.write(self.fd, (json.dumps({"t": round(time.time(), 3), "line": line}) + "\n").encode())
+            if self.size >= self.limit:
+                with events_locked(self.path, exclusive=True):
+                    self._begin(self.base + self.size)
+                    os.close(self.fd)
+                    self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                self.base, self.size = base_of(self.path), os.fstat(self.fd).st_size
 
 
 def on_node_runner(plan_run_dir: str):
@@ -278,39 +283,87 @@ class Superseded(BaseException):
 
 
 class RecordCopy:
-    """The record copied to the run's master while the supervisor runs on another node (-e supervisor_host), a
-    step's change at once, the watch's snapshot every :data:`COPY_EVERY_S` seconds: should this node be lost, the
-    supervision is moved to the master (supervise.py move) and takes the run up from the copy. The master answers
-    ``superseded`` once a supervision moved there lives: this one then ends (:class:`Superseded`) and acts no more."""
+    """The record copied to the run's standby node (:func:`trainops.watch.standby_node`: the master while the
+    supervisor runs on another node, -e supervisor_host; else the plan's next node), so that should the supervisor's
+    node be lost, the supervision can be moved there (supervise.py move) and take the run up from the copy. A step's
+    change is copied at once, the watch's snapshot every :data:`COPY_EVERY_S` seconds, by a thread of its own: no
+    step of the run waits for the standby, nor for a standby that does not answer. The standby answers
+    ``superseded`` once a supervision moved there lives: this one then ends (:class:`Superseded`, raised at its next
+    call) and acts no more."""
 
     def __init__(self, run_dir: str, files: dict[str, str], programs: str, on_node, say) -> None:
         self.run_dir, self.files, self.programs, self.on_node, self.say = run_dir, files, programs, on_node, say
-        self.last, self.failing = 0.0, False
+        self.failing_to: str | None = None  # the standby the last copy could not reach
+        self.superseded: str | None = None
+        self._plan: dict[str, object] | None = None
+        self._last = -COPY_EVERY_S  # when the last copy began (monotonic)
+        self._asked = self._made = 0  # copies asked for; the last asked for that a copy served
+        self._changed = threading.Condition()
+        threading.Thread(target=self._copier, name="record-copy", daemon=True).start()
 
     def __call__(self, plan: dict[str, object], now: bool = False) -> None:
-        from trainops.watch import supervisor_node
+        """Ask for a copy of the record as it is now (``now``: a step's change; not while the standby does not
+        answer), or when the last is :data:`COPY_EVERY_S` old."""
+        from trainops.watch import standby_node
 
-        here, master = supervisor_node(plan), str(plan["master"])
-        if here == master or (not now and time.monotonic() - self.last < COPY_EVERY_S):
+        if self.superseded is not None:
+            raise Superseded(self.superseded)
+        with self._changed:
+            self._plan = plan
+            due = time.monotonic() - self._last >= COPY_EVERY_S
+            if due or (now and self.failing_to != standby_node(plan)):
+                self._asked += 1
+                self._changed.notify_all()
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Wait up to ``timeout`` for the copies asked for to be made (the run's end, before this process ends)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._made < self._asked and time.monotonic() < deadline:
+                self._changed.wait(max(0.0, deadline - time.monotonic()))
+        if self.superseded is not None:
+            raise Superseded(self.superseded)
+
+    def _copier(self) -> None:
+        while True:
+            with self._changed:
+                while self._made >= self._asked:
+                    self._changed.wait()
+                serving, plan = self._asked, self._plan
+            try:
+                if plan is not None:
+                    self._copy(plan)
+            except Exception as exc:  # noqa: BLE001 - a copy that fails is said; the run goes on
+                self.say(f"supervisor: its record could not be copied: {exc!r}")
+            with self._changed:
+                self._made = serving
+                self._changed.notify_all()
+
+    def _copy(self, plan: dict[str, object]) -> None:
+        from trainops.watch import standby_node, supervisor_node
+
+        here, standby = supervisor_node(plan), standby_node(plan)
+        if standby is None:
             return
-        self.last = time.monotonic()
+        self._last = time.monotonic()
         base = os.path.dirname(self.files["pid"])
         held = {}
         for name in (*COPIED, *attempt_records(base)):
             with contextlib.suppress(OSError), open(os.path.join(base, name), encoding="utf-8") as handle:
                 held[name] = handle.read()
         argv = ["python3", os.path.join(self.programs, "supervise.py"), "receive", "--run-dir", self.run_dir]
-        reply = self.on_node(master, argv, json.dumps({"from": here, "at": time.time(), "files": held}))
+        reply = self.on_node(standby, argv, json.dumps({"from": here, "at": time.time(), "files": held}))
         if reply.get("rc") == 0 and "superseded" in str(reply.get("stdout")):
             try:
-                raise Superseded(json.loads(str(reply["stdout"]))["superseded"])
+                self.superseded = str(json.loads(str(reply["stdout"]))["superseded"])
             except (ValueError, KeyError, TypeError):
-                raise Superseded(str(reply.get("stdout")).strip()) from None
-        if reply.get("rc") != 0 and not self.failing:
-            why = str(reply.get("msg") or reply.get("stderr") or "").strip()[:200]
-            self.say(f"supervisor: its record could not be copied to the master {master} (tried again every "
-                     f"{COPY_EVERY_S:.0f} s): {why}")  # fmt: skip
-        self.failing = reply.get("rc") != 0
+                self.superseded = str(reply.get("stdout")).strip()
+            return
+        if reply.get("rc") != 0 and self.failing_to != standby:
+            why = " ".join(str(reply.get("msg") or reply.get("stderr") or "").split())[:200]
+            self.say(f"supervisor: its record could not be copied to {standby}, the run's standby node (tried again "
+                     f"every {COPY_EVERY_S:.0f} s): {why}")  # fmt: skip
+        self.failing_to = standby if reply.get("rc") != 0 else None
 
 
 def receive(run_dir: str, payload: str) -> dict[str, object]:
@@ -353,11 +406,12 @@ def _with_supervisor(value: object, node: str) -> object:
 
 
 def move(run_dir: str, node: str) -> dict[str, object]:
-    """The run's supervision moved to this container (``node``) from the copy of its record here (the run's master,
-    while its supervisor's node does not answer): the record put in place naming ``node`` as the supervisor's host,
-    the run's plan.json on every node of its current plan saying so, and a supervisor started, which takes the run up
-    from the copy's step without launching ranks that are alive (as after a SIGKILL). Refused, changing nothing, when
-    a supervisor lives here, the run has ended, or there is no copy here."""
+    """The run's supervision moved to this container (``node``) from the copy of its record here (the run's standby
+    node, :func:`trainops.watch.standby_node`, while its supervisor's node does not answer): the record put in place
+    naming ``node`` as the supervisor's host, the run's plan.json on every node of its current plan saying so, and a
+    supervisor started, which takes the run up from the copy's step without launching ranks that are alive (as after
+    a SIGKILL). Refused, changing nothing, when a supervisor lives here, the run has ended, or there is no copy
+    here."""
     files = paths(run_dir)
     copy, base = os.path.join(run_dir, COPY_DIR), os.path.dirname(files["pid"])
     copied = read_json(os.path.join(copy, "copied.json"))
@@ -366,8 +420,9 @@ def move(run_dir: str, node: str) -> dict[str, object]:
     if os.path.exists(files["result.json"]) or os.path.exists(os.path.join(copy, "result.json")):
         return {"refused": f"{node}: the run has ended (its record here says so): nothing to supervise"}
     if not isinstance(copied, dict) or not os.path.exists(os.path.join(copy, "request.json")):
-        return {"refused": f"{node}: no copy of the run's record here ({copy}): a supervisor on another node copies it "
-                           "to the run's master only; move the supervision there"}  # fmt: skip
+        return {"refused": f"{node}: no copy of the run's record here ({copy}): its supervisor copies it to the run's "
+                           "standby node only (the master, or, when the supervisor ran on the master, the plan's "
+                           "next node); move the supervision there"}  # fmt: skip
     if os.path.exists(base):  # an earlier supervision's files here, dead: kept aside
         os.replace(base, f"{base}.before-{int(time.time())}")
     os.makedirs(base)
@@ -503,6 +558,7 @@ def supervise(run_dir: str, files: dict[str, str], taken_up_from: int) -> None:
     try:
         _run_steps(life, files, first, on_node, say, stopping, copy, Observers(metrics, notifier))
         copy(plan_now(), now=True)  # the run's end, in the copy too
+        copy.flush()
     except Superseded as exc:
         say(f"supervisor: {exc}; this one ends and acts no more")
         write_json(files["superseded.json"], {"at": time.time(), "why": str(exc)})
@@ -856,6 +912,34 @@ def stop(work_home: str, grace: int, wait: float, slurm_cancels: bool = False) -
     return {"runs": runs}
 
 
+def copies(work_home: str) -> dict[str, object]:
+    """The run under ``work_home`` whose record this container holds a copy of (it is its standby node,
+    :class:`RecordCopy`), that had not ended when it was copied and was not moved here: status.yml looks at such a
+    run when its supervisor's node does not answer, also where no rank of it lives any more (a master lost with its
+    supervisor ends its ranks elsewhere). Only the newest such run, and only while no run has begun in this
+    container since: a node runs one run at a time (train.yml refuses a node where a launch lives), so an older copy
+    is of a run that is over, however its supervisor ended. Each: ``run_dir``, ``supervisor`` (the node the copy
+    came from), ``copied_at``."""
+    held = []
+    for copied in glob.glob(os.path.join(work_home, "runs", "*", "*", COPY_DIR, "copied.json")):
+        run_dir = os.path.dirname(os.path.dirname(copied))
+        files, sent = paths(run_dir), read_json(copied)
+        ended = (files["result.json"], files["moved.json"], os.path.join(run_dir, COPY_DIR, "result.json"))
+        if not isinstance(sent, dict) or any(os.path.exists(path) for path in ended):
+            continue
+        request = read_json(os.path.join(run_dir, COPY_DIR, "request.json"))
+        run = request.get("run") if isinstance(request, dict) else None
+        started = float((run or {}).get("run_started") or 0)
+        held.append((started, run_dir, sent))
+    if not held:
+        return {"runs": []}
+    started, run_dir, sent = max(held, key=lambda one: (one[0], one[1]))
+    for plan in glob.glob(os.path.join(work_home, "runs", "*", "*", "plan.json")):
+        if os.path.dirname(plan) != run_dir and os.path.getmtime(plan) > started:
+            return {"runs": []}  # a run began here after it
+    return {"runs": [{"run_dir": run_dir, "supervisor": sent.get("from"), "copied_at": sent.get("at")}]}
+
+
 def evidence(run_dir: str) -> dict[str, str]:
     """The last hang's evidence files (the watch writes them into the run's state), as name -> text."""
     root = os.path.join(paths(run_dir)["state"], "hang")
@@ -876,6 +960,8 @@ def main(argv: list[str]) -> int:
     stopper.add_argument("--grace", type=int, default=30, help="seconds between SIGTERM and SIGKILL")
     stopper.add_argument("--wait", type=float, default=180.0, help="seconds to wait for the supervisors to end")
     stopper.add_argument("--slurm-cancels", action="store_true", help="the runs' Slurm jobs are cancelled next")
+    copies_here = commands.add_parser("copies")
+    copies_here.add_argument("--work-home", required=True, help="the bundle's work directory in this container")
     for name in ("start", "read", "evidence", "status", "receive", "move"):
         sub = commands.add_parser(name)
         sub.add_argument("--run-dir", required=True, help="the run's directory in this container")
@@ -899,6 +985,8 @@ def main(argv: list[str]) -> int:
         answer = receive(args.run_dir, sys.stdin.read())
     elif args.command == "move":
         answer = move(args.run_dir, args.node)
+    elif args.command == "copies":
+        answer = copies(args.work_home)
     else:
         answer = evidence(args.run_dir)
     print(json.dumps(answer))
