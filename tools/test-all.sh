@@ -9,8 +9,7 @@
 #      testbed left up at its end (--destroy=never).
 #   3. The testbed's tests (-m testbed), one at a time, on the testbed molecule converged
 #      (MTT_TESTBED_CONVERGED_BY=molecule: their session fixture neither brings it up nor provisions it again),
-#      torn down after them. The modules that train Megatron-LM on the nodes (marker megatron) run last, once the
-#      background phases are over (tests/integration/conftest.py).
+#      torn down after them.
 #   4. The stand-in image's own Megatron checks (-m standin: Megatron in a container of that image, not on the
 #      testbed). Where docker can put that container in a CPU cgroup that runs only when no other task wants the
 #      CPU (cgroup v1's cpu.idle, docker's cgroupfs driver), they run in the background once phase 1 has ended and

@@ -16,14 +16,6 @@ from testbed import ROOT, env, playbook, unfit
 CONVERGED_BY_MOLECULE = os.environ.get("MTT_TESTBED_CONVERGED_BY") == "molecule"
 
 
-def pytest_collection_modifyitems(config, items):
-    """The modules that train Megatron-LM on the testbed's nodes (marker ``megatron``) run after the other testbed
-    modules, each module's tests still in their order: under `make test` the background phases (the lint, the tests
-    without a testbed, the stand-in image's checks) are over by then, and these CPU-bound minutes get the machine to
-    themselves, while the modules that mostly wait (on timers, hang timeouts, a cut link) run beside them."""
-    items.sort(key=lambda item: item.get_closest_marker("megatron") is not None)  # stable: the order is kept within
-
-
 @pytest.fixture(scope="session")
 def testbed():
     """N=2 node containers with their own dockerd and sshd; inventory/testbed/ generated.

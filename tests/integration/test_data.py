@@ -15,7 +15,7 @@ import pytest
 
 from testbed import NODE_CONTAINERS, ROOT, docker, has_megatron, in_container, in_node, latest_run, playbook
 
-pytestmark = [pytest.mark.testbed, pytest.mark.megatron]
+pytestmark = [pytest.mark.testbed]
 
 BASE = "/data/mtt-data-tests"
 FX = f"{BASE}/fx"

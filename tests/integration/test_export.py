@@ -29,7 +29,7 @@ from testbed import (
     tp2_pp2_run,
 )
 
-pytestmark = [pytest.mark.testbed, pytest.mark.megatron]
+pytestmark = pytest.mark.testbed
 
 EXP = TP2_PP2_EXP
 REIMPORT = "export-reimport-tp1pp2"

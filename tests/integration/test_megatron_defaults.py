@@ -26,7 +26,7 @@ import pytest
 
 from testbed import clean_experiment, has_megatron, in_container, latest_run, nodes_contacted, playbook
 
-pytestmark = [pytest.mark.testbed, pytest.mark.megatron]
+pytestmark = pytest.mark.testbed
 
 EXP = "defaults-real-data"
 #: the counts, scaled down: 8 iterations, then a resume to 10; a validation and a save every 4

@@ -45,7 +45,7 @@ from testbed import (
     wait_for_iterations,
 )
 
-pytestmark = [pytest.mark.testbed, pytest.mark.megatron]
+pytestmark = pytest.mark.testbed
 
 #: Megatron on the testbed: the tiny preset on Megatron's mock data (a NullTokenizer needs no tokenizer file).
 MEGATRON = (
