@@ -295,15 +295,17 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
         restart = next(notice["message"] for notice in notices.notices if notice["title"] == expected[1])
         assert "node2 rank 3" in restart, restart
         # the token is in no file the run left, on the controller or a node, but the supervisor's request (root's)
+        # and its copy on the standby node (node2: the supervisor runs on the master), where a moved supervision
+        # would notify from
         printed = log.read_text() + followed + stop.stdout + (tmp_path / "follow-1.out").read_text()
         assert token not in printed
         assert not subprocess.run(["grep", "-rl", token, str(ROOT / "runs"), str(tmp_path)], capture_output=True,
                                   text=True).stdout  # fmt: skip
-        for node in ("node1", "node2"):
+        for node, record in (("node1", supervisor), ("node2", f"{supervisor}.copy")):
             holding = in_container(node, f"grep -rl {token} /data /opt /tmp /root 2>/dev/null; true").stdout.split()
-            assert holding == ([f"{p}/request.json" for p in in_container(node, f"ls -d {supervisor}").stdout.split()]
-                               if node == "node1" else []), (node, holding)  # fmt: skip
-        assert in_container("node1", f"stat -c %a {supervisor}/request.json").stdout.split() == ["600"]
+            requests = [f"{p}/request.json" for p in in_container(node, f"ls -d {record}").stdout.split()]
+            assert holding == requests and len(requests) == 1, (node, holding)
+            assert in_container(node, f"stat -c %a {record}/request.json").stdout.split() == ["600"], node
 
         # Prometheus scraped the run and the cards all along: every panel of the dashboard has data
         dashboard = json.loads((ROOT / "monitoring" / "grafana" / "trainops-dashboard.json").read_text())
