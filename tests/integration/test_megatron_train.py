@@ -268,7 +268,10 @@ def test_a_killed_megatron_rank_restarts_from_the_newest_verified_save_and_falls
     try:
         wait_for_checkpoint(exp, 15, timeout=300)
         pid = rank_pid("node2", exp, 3)
+        # the rank is stopped first, and the newest save read 3 s later: a save that was being finished when the
+        # fault began (seen in CI: iteration 20 written after 15 was read) is then the newest, as the scan sees it
         fault = (
+            f"kill -STOP {pid} && sleep 3 && "
             f"t=$(cat {directory}/latest_checkpointed_iteration.txt) && echo $t && "
             f"truncate -s 1000 {directory}/iter_$(printf %07d $t)/__0_0.distcp && "
             f"python3 -c {shlex.quote(SPOIL)} {directory}/iter_$(printf %07d $((t - 5))) && "
