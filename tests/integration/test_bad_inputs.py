@@ -186,7 +186,6 @@ CASES = [
         ("-e", "launcher=slurm", "-e", "slurm_gpus_per_node=8"),
         "-e slurm_gpus_per_node='8' must be one of auto, true, false",
     ),
-    ("slurm-restarts", "train.yml", ("-e", "launcher=slurm", "-e", "max_restarts=1"), "not supported with -e launcher"),
     # every playbook checks first (stop.yml and status.yml contacted every node before; report.yml checked -e run)
     ("stop-grace", "stop.yml", ("-e", "stop_grace=soon"), "-e stop_grace='soon' is not an integer"),
     ("stop-launcher", "stop.yml", ("-e", "launcher=k8s"), "-e launcher='k8s' must be one of ssh, slurm"),

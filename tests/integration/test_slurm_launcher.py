@@ -15,6 +15,7 @@ from testbed import clean_experiment as _clean
 from testbed import (
     docker,
     in_container,
+    kill_controller,
     latest_run,
     playbook,
     rank_pid,
@@ -140,6 +141,54 @@ def test_a_rank_killed_mid_run_is_named_and_slurms_state_reported(provisioned):
         -4000:
     ]
     assert _sacct(job_id) == "FAILED"
+    _no_rank_left()
+
+
+def test_with_restarts_a_rank_killed_with_no_controller_is_restarted_inside_the_same_job(provisioned, tmp_path):
+    """-e max_restarts=1 under Slurm (issue 35): train.yml killed with SIGKILL mid-run, then a rank. The run's
+    supervisor (in the master's container, inside the job's allocation) judges attempt 1 and starts attempt 2 in the
+    same job: each node's job task waited after its launch ended and starts it when told. The run finishes with no
+    controller; the job ends COMPLETED once the supervisor tells its tasks the run has ended; report.yml then shows
+    both attempts. (The default, no restarts, is the killed-rank test above: the job ends FAILED.)"""
+    exp = "slurm-restart"
+    _clean(exp)
+    log = tmp_path / "train.out"
+    job = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", "-e", "train_iters=1200", "-e",
+                              "max_restarts=1", *SLURM, output=log)  # fmt: skip
+    try:
+        wait_for_iterations(exp, count=20)
+        kill_controller(job)  # nothing follows the run from here
+        job_id = _job_id(log.read_text())
+        in_container("node2", f"kill -9 {rank_pid('node2', exp, 3)}")
+        result = f"/data/mtt-train-ops/runs/{exp}/*/supervisor/result.json"
+        deadline = time.monotonic() + 420
+        while in_container("node1", f"cat {result}", check=False).returncode != 0:
+            assert time.monotonic() < deadline, "the run's supervisor did not end the run in time"
+            time.sleep(3)
+    finally:
+        job.kill()
+    ended = json.loads(in_container("node1", f"cat {result}").stdout)["attempt"]
+    assert ended["number"] == 2 and ended["outcome"]["state"] == "finished", ended
+    events = in_container("node1", f"cat /data/mtt-train-ops/runs/{exp}/*/supervisor/events").stdout
+    said = " ".join(" ".join(json.loads(line).get("line", "") for line in events.splitlines()).split())
+    assert "attempt 1 failed (exited): restart 1 of 1; starting attempt 2" in said, said[-4000:]
+    assert "attempt 2 begins on node1, node2" in said and "attempt 2 finished" in said, said[-4000:]
+    # one job for both attempts: its tasks ran both launches and ended with the run
+    deadline = time.monotonic() + 60
+    while _sacct(job_id) != "COMPLETED":
+        assert time.monotonic() < deadline, _sacct(job_id)
+        time.sleep(2)
+    out = _login(f"cat /tmp/mtt-{exp}-*-{job_id}.out").stdout
+    for node, rank in (("node1", 0), ("node2", 1)):
+        assert re.search(rf"\[{node} node {rank}\] launch-{node}.sh exited with status \d+ \(attempt 1\)", out)
+        assert f"[{node} node {rank}] launch-{node}.sh exited with status 0 (attempt 2)" in out, out
+        assert f"[{node} node {rank}] the run's supervisor ended the run after attempt 2" in out, out
+    assert f"mtt-train-ops:{exp}/" not in _login("squeue --noheader --format='%k'").stdout
+    # a report from any terminal: both attempts, from the supervisor's record
+    report = playbook("playbooks/report.yml", "-e", f"run={latest_run(exp)}")
+    assert report.returncode == 0, report.stdout[-4000:]
+    summary = json.loads((latest_run(exp) / "summary.json").read_text())
+    assert [(a["attempt"], a["state"]) for a in summary["attempts"]] == [(1, "failed"), (2, "finished")], summary
     _no_rank_left()
 
 

@@ -236,3 +236,40 @@ def test_a_fan_out_a_killed_supervisor_may_have_run_is_not_run_again(cluster):
     assert view["number"] == 1 and again.step() == "watch"
     assert not [argv for _, argv in calls if argv[-1].endswith("fanout.sh")]
     assert "it is not run again" in said[-1]
+
+
+def test_a_slurm_runs_next_attempt_is_started_by_its_job_tasks_and_they_are_told_when_the_run_ends(cluster):
+    """-e launcher=slurm with -e max_restarts: each node's job task says it waits (slurm-task-<node>); the next
+    attempt is started by writing slurm-next (no fan-out), and the run's end tells the tasks to end."""
+    life, run_dir, said, _, calls = cluster
+    life.request["slurm_job"] = "17"
+    life.launch()
+    life.ended(FAILED)
+    for node in ("node1", "node2"):
+        (run_dir / f"slurm-task-{node}").write_text("waiting 1 137\n")
+    view = life.after_attempt()
+    assert view["next"] == "relaunch" and life.step() == "next", said
+    view = life.launch()
+    assert view["number"] == 2 and (run_dir / "slurm-next").read_text() == "2\n"
+    assert life.attempts.current["fanout"]["stdout"] == "Slurm job 17's tasks told to start attempt 2"
+    assert not any(argv[-1].endswith("fanout.sh") for _, argv in calls)
+    life.ended({"state": "finished", "kind": None, "node": None, "reason": "", "last_iteration": {"iteration": 100}})
+    life.after_attempt()
+    assert life.step() == "done"
+    life.finish()
+    assert (run_dir / "slurm-next").read_text() == "end\n"
+
+
+def test_a_slurm_job_whose_task_has_ended_starts_no_next_attempt_and_says_why(cluster):
+    life, run_dir, said, _, _ = cluster
+    life.request["slurm_job"] = "18"
+    life.launch()
+    life.ended(FAILED)
+    (run_dir / "slurm-task-node1").write_text("waiting 1 1\n")
+    (run_dir / "slurm-task-node2").write_text("ended by Slurm (the job's step ended: a cancel, its time limit)\n")
+    view = life.after_attempt()
+    assert view["next"] == "end" and life.step() == "done"
+    reason = view["decision"]["reason"]
+    assert reason.startswith("Slurm job 18 can start no attempt: its task on node2 has ended by Slurm"), reason
+    assert "node1" not in reason and "train.yml run again resumes" in reason
+    assert not (run_dir / "slurm-next").exists()

@@ -76,6 +76,7 @@ def render_all(tmp_path: Path, accelerator: str, smoke: bool) -> dict[str, str]:
         "slurm_batch_container": HOSTILE,
         "slurm_batch_go_timeout": 4,
         "slurm_batch_stop_grace_s": 5,
+        "slurm_batch_max_restarts": 2,
         "slurm_batch_programs": HOSTILE,
     }
     (tmp_path / "vars.json").write_text(json.dumps(variables))

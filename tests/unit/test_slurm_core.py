@@ -8,6 +8,7 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,7 @@ def test_a_spare_is_never_allocated_under_slurm():
     [
         ({"exclude_nodes": ["node2"]}, "-e exclude_nodes=node2 is not honoured with -e launcher=slurm: Slurm picks"),
         ({"use_nodes": ["node1"]}, "-e use_nodes=node1 is not honoured with -e launcher=slurm: Slurm picks"),
-        ({"elastic": True}, "-e elastic=true is not honoured with -e launcher=slurm: a failed Slurm job ends"),
+        ({"elastic": True}, "-e elastic=true is not honoured with -e launcher=slurm: a restart under Slurm runs"),
         ({"min_nodes": 2}, "-e min_nodes=2 is not honoured with -e launcher=slurm"),
         ({"incident_limit": 1}, "-e incident_limit=1 is not honoured with -e launcher=slurm: the incident record"),
         ({"incident_window_days": 3.0}, "-e incident_window_days=3.0 is not honoured"),
@@ -108,7 +109,6 @@ def test_what_slurm_honours_passes():
         ({"slurm_gpus_per_node": "8"}, "must be auto, true or false"),
         ({"slurm_go_timeout": "5"}, "slurm_go_timeout='5' must be whole seconds >= 10"),
         ({"slurm_output_dir": "logs"}, "must be an absolute path"),
-        ({"max_restarts": 2}, "not supported with -e launcher=slurm"),
     ],
 )
 def test_bad_slurm_settings_are_refused_naming_the_option(raw, message):
@@ -263,6 +263,7 @@ def _render_batch(tmp_path: Path) -> Path:
         "slurm_batch_container": "train",
         "slurm_batch_go_timeout": 4,
         "slurm_batch_stop_grace_s": 5,
+        "slurm_batch_max_restarts": 1,
         "slurm_batch_programs": "/opt/mtt-train-ops/0123456789ab/trainops/node",
     }
     play = [
@@ -329,6 +330,53 @@ def test_the_batch_script_is_valid_bash_and_its_node_task_refuses_a_missing_go_f
     )
     assert done.returncode == 2
     assert "train.yml did not write the run's files into container train within 4 s; nothing started" in done.stderr
+
+
+def test_with_restarts_a_node_task_waits_after_an_attempt_starts_the_next_it_is_told_and_ends_when_told(tmp_path):
+    """The node task's loop (-e max_restarts), run as srun would, with a docker whose exec runs the command here:
+    attempt 1's launch fails, the task says it waits, starts attempt 2 when slurm-next says 2, and exits with that
+    launch's status when slurm-next says end."""
+    script = _render_batch(tmp_path)
+    text = script.read_text()
+    task = text.split("<<'TASK'\n", 1)[1].split("\nTASK\n", 1)[0]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "slurm-go").write_text(slurm.go_table(PLAN, {}))
+    # the launch fails the first time (status 3) and finishes the second
+    launches = run_dir / "launches"
+    (run_dir / "launch-node2.sh").write_text(f"echo x >> {launches}; [ $(wc -l < {launches}) -gt 1 ] || exit 3\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    # docker exec [-d] CONTAINER ARGV... runs ARGV here
+    (fake / "docker").write_text(
+        '#!/bin/bash\n[ "$1" = exec ] || exit 1\nshift\n[ "$1" = -d ] && shift\nshift\nexec "$@"\n'
+    )
+    (fake / "docker").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "1",
+           "MTT_SLURM_CONTAINER": "train", "MTT_SLURM_RUN_DIR": str(run_dir), "MTT_SLURM_WORK_HOME": str(tmp_path),
+           "MTT_SLURM_PROGRAMS": str(tmp_path)}  # fmt: skip
+    mark = run_dir / "slurm-task-node2"
+
+    def await_mark(expected: str) -> None:
+        deadline = time.monotonic() + 20
+        while not (mark.exists() and mark.read_text().strip() == expected):
+            assert time.monotonic() < deadline, mark.read_text() if mark.exists() else "no mark"
+            time.sleep(0.2)
+
+    task_process = subprocess.Popen(["bash", "-c", task], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)  # fmt: skip
+    try:
+        await_mark("waiting 1 3")
+        (run_dir / "slurm-next").write_text("2\n")
+        await_mark("waiting 2 0")
+        (run_dir / "slurm-next").write_text("end\n")
+        out, _ = task_process.communicate(timeout=20)
+    finally:
+        task_process.kill()
+    assert task_process.returncode == 0, out
+    assert launches.read_text() == "x\nx\n"
+    assert "launch-node2.sh exited with status 3 (attempt 1)" in out and "(attempt 2)" in out
+    assert mark.read_text().strip() == "ended the run's supervisor ended the run after attempt 2"
 
 
 def test_a_run_left_going_under_slurm_names_its_job_and_the_commands_take_the_launcher():

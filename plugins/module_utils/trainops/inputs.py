@@ -490,7 +490,6 @@ def _between(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
         raw = {name: given.values.get(name) for name in _SLURM_OPTIONS if name in given.values}
         raw["launcher"] = opts.get("launcher", "ssh")
         if book == "train":
-            raw["max_restarts"] = opts.get("max_restarts", 0)
             hosts = _choice_hosts(given, nodes)
             raw["spares"] = [h["name"] for h in hosts if h["spare"]]
             raw["slurm_names"] = {n: given.hostvars.get(n, {}).get("slurm_node_name") or n for n in nodes}

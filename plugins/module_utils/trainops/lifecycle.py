@@ -18,6 +18,11 @@ containers' sshd, the cluster key, every host key pinned: the fan-out's own path
   (``checkpoint_scan.py``, :func:`trainops.identity.resume_choice`), the attempt's logs are set aside on every node
   that stays (reading the restart mark again: stop.yml ends the restarts) and the next attempt is launched.
 
+Under ``-e launcher=slurm`` the job's tasks start every node's launch (one task per node, in the training
+container), and with ``-e max_restarts`` they outlive an attempt: each says in ``<run dir>/slurm-task-<node>`` that it
+waits, and the supervisor starts the next attempt in the same allocation by writing ``slurm-next`` on every node
+(:meth:`Lifecycle.launch`), or ends the job's tasks with ``end`` when the run ends (:meth:`Lifecycle.finish`).
+
 The state directory mirrors the run's directory on the controller (``attempts.json``, ``<node>/`` logs,
 ``attempt-<k>/``, ``health/``), which train.yml and status.yml fetch. Every step reads the state the last one wrote,
 so a supervisor killed at any point and started again goes on from the step it was at (:meth:`Lifecycle.step`).
@@ -59,6 +64,8 @@ OnNode = Callable[..., dict[str, Any]]
 STOP_GRACE_S = 30
 #: Seconds beyond the stop grace that a stop of a Slurm job's attempt waits for Slurm's cancel to stop the ranks.
 SLURM_CANCEL_WAIT_S = 30
+#: Seconds the steps after an attempt of a Slurm run wait for every node's job task to say it waits for the next.
+SLURM_TASK_WAIT_S = 60
 #: The state directory under the run's directory on the supervisor's host.
 STATE_DIR = os.path.join("supervisor", "run")
 
@@ -90,7 +97,8 @@ class Lifecycle:
 
     * ``plan``: the first attempt's plan; ``resumes_from``, ``checked_saves``: the save train.yml's check chose
       and that scan's verdicts; ``run_started``: the train.yml run (names the state); ``launched``: who started
-      the first attempt's launches when the supervisor does not (a Slurm job's tasks), else empty; ``watch_only``:
+      the first attempt's launches when the supervisor does not (a Slurm job's tasks), else empty; ``slurm_job``:
+      the Slurm job's id under -e launcher=slurm, whose tasks start every attempt's launches; ``watch_only``:
       the run's ranks were launched before it had a supervisor (status.yml -e follow=true starts one): it watches,
       and changes nothing after a failure;
     * ``options``: the run's options (``max_restarts``, ``elastic``, ``min_nodes``, ``health``,
@@ -179,7 +187,10 @@ class Lifecycle:
             stopped = {"state": "failed", "kind": "stopped", "node": plan["master"], "reason": f"{reason} ({STOPPED})"}
             return self.attempts.end(self.attempts.current["fanout"], stopped, time.time())
         self.attempts.launching()
-        fanout = self.on_node(plan["master"], ["bash", f"{plan['run_dir']}/fanout.sh"])
+        if self.request.get("slurm_job"):  # a later attempt of a Slurm run: its job's tasks start it
+            fanout = self._slurm_write(plan, str(current["number"]))
+        else:
+            fanout = self.on_node(plan["master"], ["bash", f"{plan['run_dir']}/fanout.sh"])
         fanout = {k: fanout.get(k) for k in ("rc", "stdout", "stderr", "msg") if fanout.get(k) is not None}
         view = self.attempts.launched(fanout)
         if fanout.get("rc") != 0:  # nothing to watch: the attempt failed on the master (trainops.outcome names it)
@@ -198,6 +209,16 @@ class Lifecycle:
             failed = f"{outcome.get('kind')}, {outcome.get('node')}"
             self.say(f"supervisor: attempt {view['number']} ended failed ({failed}): stopping what is left{then}")
         return view
+
+    def finish(self) -> None:
+        """The run has ended: under Slurm with restarts, every node's job task waits for another attempt; told
+        ``end``, each exits with its last launch's status, and the job ends with the run."""
+        if self.request.get("slurm_job") and int(self.options.get("max_restarts") or 0) > 0:
+            current = self.attempts.state.get("current") or {}
+            reply = self._slurm_write(current.get("plan") or self.request["plan"], "end")
+            if reply["rc"] != 0:
+                self.say(f"supervisor: {reply['stderr']}: Slurm ends that task when the job's time is up, or "
+                         "stop.yml cancels the job")  # fmt: skip
 
     def end_restarts(self) -> dict[str, Any]:
         """stop.yml asked for the run to stop between two attempts: the next one is not launched."""
@@ -255,6 +276,17 @@ class Lifecycle:
         view = self.attempts.view()
         if view["next"] in ("relaunch", "replan") and self.stopping():
             return self.end_restarts()
+        if view["next"] == "relaunch" and self.request.get("slurm_job") and not self.attempts.done("slurm_waits"):
+            gone = self._slurm_tasks_gone(plan, current["number"])
+            if gone:
+                reason = (f"Slurm job {self.request['slurm_job']} can start no attempt: its task on "
+                          + "; on ".join(f"{name} {why}" for name, why in gone.items())
+                          + " (the job ended: its time limit, a cancel or a lost node); train.yml run again resumes "
+                          "from the newest verified save")  # fmt: skip
+                self.say(f"attempt {current['number'] + 1} is not started: {reason}")
+                self.attempts.abandon(reason)
+                return self._after_done()
+            self.attempts.mark("slurm_waits")
         if view["next"] == "replan" and not self.attempts.done("replanned"):
             view = self._replan(view)
             self.attempts.mark("replanned")
@@ -330,6 +362,44 @@ class Lifecycle:
                     left.remove(name)
             if left:
                 time.sleep(1)
+
+    def _slurm_write(self, plan: Mapping[str, Any], word: str) -> dict[str, Any]:
+        """``slurm-next`` written on every node of the plan: the next attempt's number, or ``end``. Answered as a
+        fan-out is (rc, stdout, stderr)."""
+        failed = []
+        for name in self._names(plan):
+            path = f"{plan['run_dir']}/slurm-next"
+            reply = self.on_node(name, ["sh", "-c", 'printf "%s\\n" "$2" > "$1.tmp" && mv -f -- "$1.tmp" "$1"',
+                                        "slurm-next", path, word])  # fmt: skip
+            if reply.get("rc") != 0:
+                failed.append(f"{name}: {path} could not be written ({_why(reply)})")
+        if failed:
+            return {"rc": 1, "stdout": "", "stderr": "; ".join(failed)}
+        told = f"start attempt {word}" if word != "end" else "end: the run has ended"
+        return {"rc": 0, "stdout": f"Slurm job {self.request['slurm_job']}'s tasks told to {told}", "stderr": ""}
+
+    def _slurm_tasks_gone(self, plan: Mapping[str, Any], number: int) -> dict[str, str]:
+        """Every node's Slurm job task waits for the attempt after ``number`` (its ``slurm-task-<node>`` says
+        ``waiting <number>``), within :data:`SLURM_TASK_WAIT_S`: the nodes whose task does not, each with what it
+        says (``ended ...``: the job's time is up or it was cancelled; no answer: the node left the job)."""
+        gone: dict[str, str] = {}
+        deadline = time.monotonic() + SLURM_TASK_WAIT_S
+        left = self._names(plan)
+        while left:
+            gone = {}
+            for name in list(left):
+                reply = self.on_node(name, ["cat", f"{plan['run_dir']}/slurm-task-{name}"])
+                said = " ".join(str(reply.get("stdout") or "").split())
+                if said.split()[:2] == ["waiting", str(number)]:
+                    left.remove(name)
+                elif said.startswith("ended"):
+                    gone[name] = f"has {said}"
+                else:
+                    gone[name] = f"does not wait for another attempt ({said or _why(reply)})"
+            if not left or time.monotonic() >= deadline or any(why.startswith("has ended") for why in gone.values()):
+                break
+            time.sleep(2)
+        return {name: why for name, why in gone.items() if name in left}
 
     def _gather(self, plan: Mapping[str, Any], name: str) -> None:
         """The node's logs of the attempt (with the master's marks), unpacked into the state directory."""

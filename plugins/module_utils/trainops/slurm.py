@@ -63,8 +63,8 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
     (default: Slurm's default partition), ``slurm_time`` (default: the partition's), ``slurm_queue_timeout``
     (seconds to wait for the allocation, default 3600), ``slurm_output_dir`` (where the batch host writes the
     job's output, default /tmp), ``slurm_go_timeout`` (seconds each node's task waits for the run's files, default
-    900), ``slurm_gpus_per_node`` (auto|true|false: ``--gpus-per-node`` where the
-    partition has GPU GRES), ``max_restarts``. Raises :class:`PlanError` with every problem."""
+    900, and between two attempts of a run with restarts), ``slurm_gpus_per_node`` (auto|true|false:
+    ``--gpus-per-node`` where the partition has GPU GRES). Raises :class:`PlanError` with every problem."""
     problems: list[str] = []
     launcher = str(raw.get("launcher") or "ssh").strip().lower()
     if launcher not in LAUNCHERS:
@@ -132,12 +132,6 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
     output_dir = str(raw.get("slurm_output_dir") or "/tmp").strip()
     if not output_dir.startswith("/"):
         problems.append(f"-e slurm_output_dir={raw.get('slurm_output_dir')!r} must be an absolute path on the nodes")
-    restarts = str(raw.get("max_restarts", 0)).strip()
-    if restarts not in ("0", ""):
-        problems.append(
-            f"-e max_restarts={raw.get('max_restarts')!r} is not supported with -e launcher=slurm yet: a failed job "
-            "ends the run (run train.yml again: it resumes from the last checkpoint)"
-        )
     if problems:
         raise PlanError(problems)
     return {
@@ -158,16 +152,17 @@ def settings(raw: Mapping[str, Any], inventory_nodes: Sequence[str], login_hosts
 
 
 #: train.yml's options that choose the nodes or re-plan the run, which a Slurm allocation does not honour: Slurm
-#: picks the job's nodes, and a failed job ends the run. Refused with -e launcher=slurm, each saying what to use.
+#: picks the job's nodes, and a restart stays on them. Refused with -e launcher=slurm, each saying what to use.
 UNHONOURED = {
     "exclude_nodes": "Slurm picks the job's nodes, and the bundle would still reach and check the node: drain it in "
     "Slurm (scontrol update nodename=NODE state=drain reason=...), or give it spare: true in the inventory (Slurm "
     "is then asked not to give it, sbatch --exclude)",
     "use_nodes": "Slurm picks the job's nodes: ask for their number with -e slurm_nodes and for a partition of the "
     "nodes you want with -e slurm_partition",
-    "elastic": "a failed Slurm job ends the run (max_restarts is not supported with it yet), so there is no "
-    "re-plan: drop it, or use -e launcher=ssh",
-    "min_nodes": "it bounds an elastic re-plan, and a failed Slurm job ends the run: drop it, or use -e launcher=ssh",
+    "elastic": "a restart under Slurm runs inside the job's allocation, on the nodes Slurm gave (-e max_restarts), "
+    "so there is no re-plan: drop it, or use -e launcher=ssh",
+    "min_nodes": "it bounds an elastic re-plan, and a restart under Slurm stays on the allocation's nodes: drop it, "
+    "or use -e launcher=ssh",
     "incident_limit": "the incident record is not applied with Slurm, which picks the nodes: drain an implicated "
     "node in Slurm instead (docs/incidents.md)",
     "incident_window_days": "the incident record is not applied with Slurm, which picks the nodes: drain an "

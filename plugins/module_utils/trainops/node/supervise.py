@@ -655,6 +655,7 @@ def _run_steps(life, files, first, on_node, say, stopping, copy, metrics) -> Non
             life.after_attempt()
         else:
             break
+    life.finish()  # a Slurm job's tasks waiting for another attempt are told the run has ended
     view = life.view()
     metrics.update(view["plan"], life.last_watch(), view, life.attempts.state)  # the run's end, observed
     write_json(files["result.json"], {"attempt": view, "watch": life.last_watch()})
