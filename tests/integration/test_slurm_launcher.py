@@ -234,9 +234,11 @@ def test_stop_cancels_a_running_job_and_no_rank_survives_in_any_container(provis
 def test_a_time_limit_is_reported_as_timeout_and_the_run_was_planned_again_on_the_node_slurm_gave(provisioned):
     # planned first on the inventory's first node (node1); the partition `single` holds node2 only
     one_node_of_single = ("-e", "slurm_nodes=1", "-e", "slurm_partition=single")
+    # -e max_restarts=1 (not the default): the job's task waits between attempts, and Slurm's end of the job
+    # reaches it there too; the supervisor must then start no attempt in a job that has ended
     result = playbook(
-        "train.yml", "-e", "exp=slurm-timeout", "-e", "fresh=true", "-e", "slurm_time=1", *one_node_of_single,
-        *LONG, *SLURM,
+        "train.yml", "-e", "exp=slurm-timeout", "-e", "fresh=true", "-e", "slurm_time=1", "-e", "max_restarts=1",
+        *one_node_of_single, *LONG, *SLURM,
     )  # fmt: skip
     assert result.returncode != 0
     said = " ".join(result.stdout.split())
@@ -255,6 +257,9 @@ def test_a_time_limit_is_reported_as_timeout_and_the_run_was_planned_again_on_th
     summary = json.loads((latest_run("slurm-timeout") / "summary.json").read_text())
     assert summary["failure"]["kind"] == "timeout" and summary["slurm"]["state"] == "TIMEOUT"
     assert "Signal" not in summary["failure_text"] and "exited" not in summary["failure_text"]
+    # the supervisor's restart found the job's task ended by Slurm, and started nothing in the ended job
+    assert re.search(rf"attempt 2 is not started: Slurm job {job_id} can start no attempt: its task on node2 has "
+                     r"ended by Slurm \(the job's step ended", said), said[-4000:]  # fmt: skip
     _no_rank_left()
 
 

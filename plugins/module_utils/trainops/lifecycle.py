@@ -281,8 +281,7 @@ class Lifecycle:
             if gone:
                 reason = (f"Slurm job {self.request['slurm_job']} can start no attempt: its task on "
                           + "; on ".join(f"{name} {why}" for name, why in gone.items())
-                          + " (the job ended: its time limit, a cancel or a lost node); train.yml run again resumes "
-                          "from the newest verified save")  # fmt: skip
+                          + "; train.yml run again resumes from the newest verified save")  # fmt: skip
                 self.say(f"attempt {current['number'] + 1} is not started: {reason}")
                 self.attempts.abandon(reason)
                 return self._after_done()
