@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from testbed import clean_experiment as _clean
 from testbed import (
+    RESET,
+    controller_ssh,
     docker,
     in_container,
     kill_controller,
@@ -23,6 +24,7 @@ from testbed import (
     unfit,
     wait_for_iterations,
 )
+from testbed import clean_experiment as _clean
 from testbed import no_rank_left as _no_rank_left
 
 pytestmark = pytest.mark.testbed
@@ -145,22 +147,40 @@ def test_a_rank_killed_mid_run_is_named_and_slurms_state_reported(provisioned):
 
 
 def test_with_restarts_a_rank_killed_with_no_controller_is_restarted_inside_the_same_job(provisioned, tmp_path):
-    """-e max_restarts=1 under Slurm (issue 35): train.yml killed with SIGKILL mid-run, then a rank. The run's
+    """Issue 35's controller and supervisor faults under Slurm, with -e max_restarts=1: the controller's SSH reset
+    for 15 s mid-run (the run goes on, nothing fails); train.yml killed with SIGKILL, then a rank of node2. The run's
     supervisor (in the master's container, inside the job's allocation) judges attempt 1 and starts attempt 2 in the
-    same job: each node's job task waited after its launch ended and starts it when told. The run finishes with no
-    controller; the job ends COMPLETED once the supervisor tells its tasks the run has ended; report.yml then shows
-    both attempts. (The default, no restarts, is the killed-rank test above: the job ends FAILED.)"""
+    same job: each node's job task waited after its launch ended and starts it when told. The supervisor killed with
+    SIGKILL during attempt 2: status.yml takes it up; the run finishes with no controller, and the job ends
+    COMPLETED once the supervisor tells its tasks the run has ended; report.yml then shows both attempts. (The
+    default, no restarts, is the killed-rank test above: the job ends FAILED.)"""
     exp = "slurm-restart"
     _clean(exp)
     log = tmp_path / "train.out"
-    job = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", "-e", "train_iters=1200", "-e",
+    supervisor = f"/data/mtt-train-ops/runs/{exp}/*/supervisor"
+    job = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", "-e", "train_iters=2400", "-e",
                               "max_restarts=1", *SLURM, output=log)  # fmt: skip
     try:
         wait_for_iterations(exp, count=20)
+        with controller_ssh(RESET):
+            time.sleep(15)
+        deadline = time.monotonic() + 60
+        while "the master answers again" not in log.read_text():
+            assert time.monotonic() < deadline and job.poll() is None, log.read_text()[-4000:]
+            time.sleep(1)
         kill_controller(job)  # nothing follows the run from here
         job_id = _job_id(log.read_text())
         in_container("node2", f"kill -9 {rank_pid('node2', exp, 3)}")
-        result = f"/data/mtt-train-ops/runs/{exp}/*/supervisor/result.json"
+        deadline = time.monotonic() + 240
+        while '"number": 2' not in in_container("node1", f"cat {supervisor}/run/attempts.json").stdout:
+            assert time.monotonic() < deadline, "no attempt 2 in time"
+            time.sleep(2)
+        wait_for_iterations(exp, count=5)  # attempt 2's (attempt 1's logs were set aside)
+        first = in_container("node1", f"cat {supervisor}/pid").stdout.strip()
+        in_container("node1", f"kill -9 {first}")
+        taken = playbook("playbooks/status.yml", "-e", "launcher=slurm", timeout=300)
+        assert f"its process {first} had ended before the run did" in " ".join(taken.stdout.split()), taken.stdout
+        result = f"{supervisor}/result.json"
         deadline = time.monotonic() + 420
         while in_container("node1", f"cat {result}", check=False).returncode != 0:
             assert time.monotonic() < deadline, "the run's supervisor did not end the run in time"
@@ -169,10 +189,12 @@ def test_with_restarts_a_rank_killed_with_no_controller_is_restarted_inside_the_
         job.kill()
     ended = json.loads(in_container("node1", f"cat {result}").stdout)["attempt"]
     assert ended["number"] == 2 and ended["outcome"]["state"] == "finished", ended
-    events = in_container("node1", f"cat /data/mtt-train-ops/runs/{exp}/*/supervisor/events").stdout
+    events = in_container("node1", f"cat {supervisor}/events").stdout
     said = " ".join(" ".join(json.loads(line).get("line", "") for line in events.splitlines()).split())
-    assert "attempt 1 failed (exited): restart 1 of 1; starting attempt 2" in said, said[-4000:]
+    # one failure, the killed rank's: the reset failed nothing
+    assert said.count("ended failed") == 1 and "attempt 1 failed (exited): restart 1 of 1; starting attempt 2" in said
     assert "attempt 2 begins on node1, node2" in said and "attempt 2 finished" in said, said[-4000:]
+    assert f"supervisor: its process {first} ended before the run did; taking the run up again" in said
     # one job for both attempts: its tasks ran both launches and ended with the run
     deadline = time.monotonic() + 60
     while _sacct(job_id) != "COMPLETED":

@@ -35,9 +35,11 @@ from trainops import monitoring, node_package
 from testbed import (
     BIN,
     INVENTORY,
+    RESET,
     ROOT,
     Webhook,
     clean_experiment,
+    controller_ssh,
     env,
     in_container,
     inventory_copy,
@@ -48,20 +50,6 @@ from testbed import (
 )
 
 pytestmark = pytest.mark.testbed
-
-#: The controller's SSH to the nodes (inventory/testbed: ansible_host 172.30.0.1N, port 22), and nothing else:
-#: the nodes' own traffic to each other, and the tests' docker exec, do not pass this machine's OUTPUT chain.
-CONTROLLER_SSH = ["OUTPUT", "-p", "tcp", "-d", "172.30.0.0/24", "--dport", "22", "-j"]
-RESET = ["REJECT", "--reject-with", "tcp-reset"]
-
-
-@contextlib.contextmanager
-def controller_ssh(verdict: list[str]):
-    subprocess.run(["iptables", "-I", *CONTROLLER_SSH, *verdict], check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["iptables", "-D", *CONTROLLER_SSH, *verdict], check=True)
 
 
 #: The newest rank on node2 (global rank 3) of the smoke job, killed as a crash would.

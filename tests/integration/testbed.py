@@ -146,6 +146,23 @@ def train_in_background(*extra: str, output: Path | None = None, inventory: Path
     )
 
 
+#: The controller's SSH to the nodes (inventory/testbed: ansible_host 172.30.0.1N, port 22), and nothing else:
+#: the nodes' own traffic to each other, and the tests' docker exec, do not pass this machine's OUTPUT chain.
+CONTROLLER_SSH = ["OUTPUT", "-p", "tcp", "-d", "172.30.0.0/24", "--dport", "22", "-j"]
+#: Every packet of it answered with a TCP reset (a laptop that changes network, a VPN that reconnects).
+RESET = ["REJECT", "--reject-with", "tcp-reset"]
+
+
+@contextlib.contextmanager
+def controller_ssh(verdict: list[str]):
+    """The controller's SSH to the nodes met with ``verdict`` (RESET, or ["DROP"]) while the block runs."""
+    subprocess.run(["iptables", "-I", *CONTROLLER_SSH, *verdict], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["iptables", "-D", *CONTROLLER_SSH, *verdict], check=True)
+
+
 def kill_controller(job: subprocess.Popen) -> None:
     """SIGKILL to train.yml and every process under it (Ansible's workers, their ssh): a controller that dies, not
     only its main process (a worker left alive would go on following, and starting the supervisor again)."""
