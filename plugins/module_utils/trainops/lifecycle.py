@@ -398,7 +398,7 @@ class Lifecycle:
             if not left or time.monotonic() >= deadline or any(why.startswith("has ended") for why in gone.values()):
                 break
             time.sleep(2)
-        return {name: why for name, why in gone.items() if name in left}
+        return gone
 
     def _gather(self, plan: Mapping[str, Any], name: str) -> None:
         """The node's logs of the attempt (with the master's marks), unpacked into the state directory."""
