@@ -285,6 +285,11 @@ class CallbackModule(DefaultCallback):
             return
         self._play, self._pending_play = play, play
 
+    def v2_playbook_on_no_hosts_matched(self) -> None:
+        """A play for an optional group the inventory leaves empty (supervisors) says nothing; -v says so."""
+        if self._display.verbosity > 0:
+            super().v2_playbook_on_no_hosts_matched()
+
     def _show_play(self) -> None:
         play, self._pending_play = self._pending_play, None
         if play is not None:

@@ -12,10 +12,11 @@ if _CORE not in sys.path:
 from trainops import monitoring  # noqa: E402
 
 
-def prometheus_config(base, nodes, metrics_port, card_metrics_port, scrape_interval_s, alertmanager, rules):
+def prometheus_config(base, nodes, metrics_port, card_metrics_port, scrape_interval_s, alertmanager, rules,
+                      supervisors=()):  # fmt: skip
     return monitoring.prometheus_config(
         base, nodes, metrics_port=metrics_port, card_metrics_port=card_metrics_port,
-        scrape_interval_s=scrape_interval_s, alertmanager=alertmanager, rules=rules,
+        scrape_interval_s=scrape_interval_s, alertmanager=alertmanager, rules=rules, supervisors=supervisors,
     )  # fmt: skip
 
 

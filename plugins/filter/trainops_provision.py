@@ -44,8 +44,8 @@ def device_cards(output: str, device_tool: str, *more: str) -> dict[str, Any]:
 parse_allreduce_perf = _filter_error("parse_allreduce_perf", lambda text: collective_core.parse_allreduce_perf(text))
 
 
-def provision_rows(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return provision_report_core.provision_rows(nodes)
+def provision_rows(nodes: Sequence[Mapping[str, Any]], supervisors: Sequence[str] = ()) -> list[dict[str, Any]]:
+    return provision_report_core.provision_rows(nodes, supervisors)
 
 
 def collective_reusable(nodes: Sequence[Mapping[str, Any]], now: float, max_age_s: float) -> bool:

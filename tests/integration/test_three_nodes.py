@@ -1,8 +1,8 @@
 """What needs a third node, on a testbed grown to three for this module and shrunk back to two after it: the full
 health check's pairs naming the node whose link is slowed (a real rate limit on node3's interface: tc tbf, since
 this kernel has no netem), a spare taking the place of a hung rank's node in an elastic restart, and a supervisor
-on a node without ranks (-e supervisor_host) whose supervision moves to the master when that node is lost, and on to
-the next node when the master is lost in turn. Every
+on a host of the supervisors group (a login node's container without cards: -e supervisor_host) whose supervision
+moves to the master when that host is lost, and on to the next node when the master is lost in turn. Every
 verdict comes from health.yml, train.yml or status.yml over SSH. An elastic re-plan without a spare (a lost node,
 at half the dp) is test_megatron_train.py's."""
 
@@ -14,6 +14,7 @@ import re
 import time
 
 import pytest
+import yaml
 
 from testbed import (
     INVENTORY,
@@ -157,25 +158,37 @@ def test_a_spare_takes_the_place_of_a_hung_ranks_node_in_the_elastic_restart(thr
         assert "smoke_train.py" not in running, f"ranks left on {node}"
 
 
-def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_and_moves_to_the_master_when_its_node_is_lost(
+def test_a_supervisor_on_a_login_node_restarts_the_run_and_moves_to_the_master_when_its_host_is_lost(
     three_nodes, tmp_path
 ):
-    """-e supervisor_host=node3, a spare that gets no rank: the run is planned on node1 and node2, and its
-    supervisor lives in node3's container (its probes reach the master over the containers' sshd), which copies its
-    record to the master. A rank killed on the master is restarted from node3. Then node3 is lost (its node
-    container stopped: its engine, its training container and the supervisor with them): the ranks go on; status.yml
-    names the silent node; status.yml -e supervisor_host=node1 moves the supervision to the master, from the copy,
-    without launching ranks; a rank killed on node2 is restarted by it, which copies the record to node2 in turn
-    (the supervisor is on the master now). Then the master is lost with its supervisor (its link cut, the supervisor
-    killed): one status.yml names it, moves the supervision to node2 from that copy (-e supervisor_host=node2) and
-    follows the run there to its end: node2's supervisor finds the master lost, and with no restart left the run
-    ends, reporting all three attempts and the master's loss as an incident. -e wait=false: no terminal follows the
-    run while a node is lost."""
+    """node3 moves from the nodes group to the supervisors group (a login or management node): provision.yml makes
+    its training container anew, without cards, and proves that it reaches both nodes' containers. -e
+    supervisor_host=node3: the run is planned on node1 and node2, and its supervisor lives in node3's container (its
+    probes reach the master over the containers' sshd), which copies its record to the master. A rank killed on the
+    master is restarted from node3. Then node3 is lost (its node container stopped: its engine, its training
+    container and the supervisor with them): the ranks go on; status.yml names the silent supervisors host (no
+    --limit: a supervisors host is not one of the run's nodes); status.yml -e supervisor_host=node1 moves the
+    supervision to the master, from the copy, without launching ranks; a rank killed on node2 is restarted by it,
+    which copies the record to node2 in turn (the supervisor is on the master now). Then the master is lost with its
+    supervisor (its link cut, the supervisor killed): one status.yml names it, moves the supervision to node2 from
+    that copy (-e supervisor_host=node2) and follows the run there to its end: node2's supervisor finds the master
+    lost, and with no restart left the run ends, reporting all three attempts and the master's loss as an incident.
+    -e wait=false: no terminal follows the run while a host is lost."""
     exp = "supervisor-elsewhere"
     _clean(exp)
-    inventory = inventory_copy(tmp_path, node3={"spare": True})
-    without_node3 = ("--limit", "localhost,all,!node3")
-    without_node1_node3 = ("--limit", "localhost,all,!node1,!node3")
+    inventory = _as_supervisors_host(inventory_copy(tmp_path), "node3")
+    without_node1 = ("--limit", "localhost,all,!node1")
+    in_node("node3", "docker rm -f train")  # provision.yml makes it anew, as a supervisors host's
+    provisioned = playbook("provision.yml", inventory=inventory)
+    assert provisioned.returncode == 0, provisioned.stdout[-6000:]
+    row = next(line for line in provisioned.stdout.splitlines() if line.strip().startswith("node3 "))
+    assert "train" in row and row.rstrip().endswith("supervisors host"), row
+    assert "running" in in_node("node3", "docker inspect -f '{{.State.Status}}' train").stdout
+    # it pins the host keys the nodes' containers gave in the same provision.yml: without them, it is refused
+    alone = playbook("provision.yml", "--limit", "localhost,node3", inventory=inventory)
+    said = " ".join(alone.stdout.split())
+    assert alone.returncode != 0 and "node3: the host keys of node1, node2 were not read in this run" in said, said
+    assert "Run provision.yml over the nodes too (--limit 'localhost,nodes,node3')" in said, said
     # overridden, and why: train_iters so that the run outlasts every step (stop.yml ends it), save_interval 5 so
     # that saves come within seconds, wait=false so that no terminal follows while node3 is lost; the defaults as
     # rendered run in test_megatron_defaults.py and test_train.py
@@ -204,15 +217,12 @@ def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_and_moves_to_the_
         docker("stop", "-t", "1", node_container("node3"))  # node3 lost
         later = _tracker(exp)
         wait_for_checkpoint(exp, later + 10)  # the ranks go on without their supervisor
-        refused = playbook("playbooks/status.yml", inventory=inventory)
-        assert refused.returncode != 0 and "node3 (172.30.0.13) is unreachable" in refused.stdout
-        assert "--limit 'localhost,all,!node3'" in refused.stdout, refused.stdout[-3000:]
-        silent = playbook("playbooks/status.yml", *without_node3, inventory=inventory)
+        silent = playbook("playbooks/status.yml", inventory=inventory)
         assert silent.returncode == 0, silent.stdout[-4000:]
         assert "watched  by nobody that answers: its supervisor's node node3 did not answer" in silent.stdout, (
             silent.stdout[-4000:]
         )
-        moved = playbook("playbooks/status.yml", *without_node3, "-e", "supervisor_host=node1", inventory=inventory)
+        moved = playbook("playbooks/status.yml", "-e", "supervisor_host=node1", inventory=inventory)
         assert moved.returncode == 0, moved.stdout[-4000:]
         assert re.search(rf"run \S+/{exp}/\S+: its supervision moved from node3 to node1 \(pid \d+\)", moved.stdout), (
             moved.stdout[-4000:]
@@ -232,7 +242,7 @@ def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_and_moves_to_the_
             # (the supervisor a move started is its `supervise.py move` process, detached)
             in_container("node1", f"pkill -9 -f '[s]upervise.py .*--run-dir .*/{exp}/'")
             # one status.yml says so, moves the supervision to node2 and follows the run there to its end
-            lost = playbook("playbooks/status.yml", *without_node1_node3, "-e", "supervisor_host=node2",
+            lost = playbook("playbooks/status.yml", *without_node1, "-e", "supervisor_host=node2",
                             "-e", "follow=true", "-e", "train_wait=600", inventory=inventory)  # fmt: skip
         said = " ".join(lost.stdout.split())
         assert lost.returncode == 0, lost.stdout[-5000:]
@@ -262,6 +272,17 @@ def test_a_supervisor_on_a_node_without_ranks_restarts_the_run_and_moves_to_the_
     assert [(r["node"], r["kind"], r["attempt"]) for r in recorded if r["kind"] == "lost"] == [("node1", "lost", 3)]
     for node in ("node1", "node2"):
         assert "smoke_train.py" not in in_container(node, "ps -eo args").stdout, f"ranks left on {node}"
+
+
+def _as_supervisors_host(inventory, host: str):
+    """The inventory copy with ``host`` moved from the nodes group to the supervisors group (docs/inventory.md)."""
+    hosts = inventory / "hosts.yml"
+    read = yaml.safe_load(hosts.read_text())
+    groups = read["all"]["children"]
+    address = groups["nodes"]["hosts"].pop(host)["ansible_host"]
+    groups["supervisors"] = {"hosts": {host: {"ansible_host": address}}}  # no slots: it has no card
+    hosts.write_text(yaml.safe_dump(read))
+    return inventory
 
 
 def _attempt(read) -> int:

@@ -410,8 +410,8 @@ def test_a_host_in_no_group_the_playbooks_read_is_said():
     verdict = check(given("plan", groups=groups))
     assert verdict.problems == []
     assert verdict.warnings == [
-        "inventory: node3 (group workers) is in no group the playbooks read (nodes, slurm_login, monitoring): no "
-        "playbook plans on or contacts it; list a training server under all.children.nodes"
+        "inventory: node3 (group workers) is in no group the playbooks read (nodes, supervisors, slurm_login, "
+        "monitoring): no playbook plans on or contacts it; list a training server under all.children.nodes"
     ]
     assert check(given("plan", groups={"all": ["node1", "node2"], **NODES})).warnings == []
 
@@ -419,11 +419,30 @@ def test_a_host_in_no_group_the_playbooks_read_is_said():
 def test_supervisor_host_names_a_node_of_the_inventory():
     assert check(given(extra={"supervisor_host": "node2"})).problems == []
     (problem,) = check(given(extra={"supervisor_host": "node3"})).problems
-    assert problem.startswith("-e supervisor_host=node3: not a node of the inventory's nodes group (node1, node2); ")
-    assert "the supervisor runs in a provisioned node's training container" in problem
+    assert problem.startswith("-e supervisor_host=node3: not a host of the inventory's nodes (node1, node2) group; ")
+    assert "the supervisor runs in a provisioned training container" in problem
     slurm = check(
         given(extra={"supervisor_host": "node2", "launcher": "slurm"}, groups={**NODES, "slurm_login": ["node1"]})
     )
     assert any(
         p.startswith("-e supervisor_host=node2 is not honoured with -e launcher=slurm") for p in slurm.problems
     ), slurm.problems
+
+
+def test_supervisor_host_may_be_a_host_of_the_supervisors_group_and_none_of_them_is_a_node():
+    """A login or management node listed under supervisors (docs/inventory.md) may run the supervisor; a host in
+    both groups is refused, for every playbook (it would be planned on and card-checked as a node)."""
+    groups = {"all": ["node1", "node2", "login1"], **NODES, "supervisors": ["login1"]}
+    verdict = check(given(extra={"supervisor_host": "login1"}, groups=groups))
+    assert verdict.problems == [] and verdict.warnings == [], verdict
+    (problem,) = check(given(extra={"supervisor_host": "login2"}, groups=groups)).problems
+    assert problem.startswith(
+        "-e supervisor_host=login2: not a host of the inventory's nodes (node1, node2) or supervisors (login1) group; "
+        "did you mean login1?"
+    ), problem
+    both = {**groups, "supervisors": ["login1", "node2"]}
+    for playbook in ("provision", "train", "stop"):
+        assert check(given(playbook, groups=both)).problems == [
+            "inventory: node2 is in both the nodes and the supervisors group: a supervisors host gets no rank and no "
+            "card check; keep it in one group (nodes: it may still run a supervisor with -e supervisor_host)"
+        ]

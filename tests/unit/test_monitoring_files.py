@@ -89,6 +89,14 @@ def test_a_sites_configuration_made_from_the_shipped_one_passes_the_checkers(tmp
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(made))
     checked = run(tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    # a supervisors host (a login node) may run a supervisor: its run metrics are scraped; it has no card
+    login = monitoring.prometheus_config(base, nodes, metrics_port=9465, card_metrics_port=9466, scrape_interval_s=5,
+                                         alertmanager="127.0.0.1:9093", rules=str(RULES),
+                                         supervisors=[{"name": "login1", "ansible_host": "10.0.0.9"}])  # fmt: skip
+    assert {job["job_name"]: job["static_configs"][0]["targets"] for job in login["scrape_configs"]} == {
+        "trainops-run": ["10.0.0.1:9465", "10.0.0.2:9465", "10.0.0.9:9465"],
+        "trainops-cards": ["10.0.0.1:9466", "10.0.0.2:9466"],
+    }
     no_cards = monitoring.prometheus_config(base, nodes, metrics_port=9465, card_metrics_port=0, scrape_interval_s=5,
                                             alertmanager="127.0.0.1:9093", rules=str(RULES))  # fmt: skip
     assert [job["job_name"] for job in no_cards["scrape_configs"]] == ["trainops-run"]

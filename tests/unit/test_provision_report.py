@@ -63,6 +63,21 @@ def test_the_table_has_a_header_and_one_line_per_node():
     assert provision_table([{"node": "n", "data": {}}]).splitlines()[1].endswith("not checked")
 
 
+def test_a_supervisors_host_is_a_row_without_cards_or_data():
+    """A login node of the supervisors group (docs/inventory.md): its container and sshd, no card, no dataset."""
+    from trainops.provision_report import provision_rows
+
+    rows = provision_rows(
+        [{"name": "node1", "ansible_host": "10.0.0.1", "dataset_sizes": {"a.bin": 1}},
+         {"name": "login1", "ansible_host": "10.0.0.9", "container_ssh_port": 2222,
+          "container_facts": {"name": "train", "status": "running", "image": "img:1"}}],
+        ["login1"],
+    )  # fmt: skip
+    assert [row["supervisors_host"] for row in rows] == [False, True]
+    line = provision_table(rows).splitlines()[2].split()
+    assert line[:3] == ["login1", "10.0.0.9", "train"] and line[-4:] == ["-", "-", "supervisors", "host"], line
+
+
 def test_the_report_is_written_whole_into_a_new_directory(tmp_path):
     directory = tmp_path / "runs" / "deeper"
     path = write_provision_report(str(directory), "20261130-101500", ROWS)

@@ -145,8 +145,10 @@ def check(given: Inputs) -> Verdict:
         _spares(given, nodes, out)
     if given.playbook == "train" and nodes:
         _chosen_nodes(given, nodes, out)
+    if nodes:
+        out.problems += _supervisor_hosts_problems(nodes, given.groups.get("supervisors") or [])
     if given.playbook in ("train", "status") and nodes:
-        _supervisor_host(nodes, out)
+        _supervisor_host(nodes, given.groups.get("supervisors") or [], out)
     if out.problems:
         # the rules between the nodes too (a shared address, two masters), so that one run names every problem of
         # the inventory; each node's own field was named above
@@ -158,7 +160,7 @@ def check(given: Inputs) -> Verdict:
 
 
 #: The inventory groups the playbooks read (Ansible's own: all, ungrouped).
-GROUPS = ("nodes", "slurm_login", "monitoring")
+GROUPS = ("nodes", "supervisors", "slurm_login", "monitoring")
 
 
 def _stray_hosts(given: Inputs) -> list[str]:
@@ -361,15 +363,30 @@ def _chosen_nodes(given: Inputs, nodes: Sequence[str], out: Verdict) -> None:
         )
 
 
-def _supervisor_host(nodes: Sequence[str], out: Verdict) -> None:
-    """-e supervisor_host names a node of the inventory (its training container runs the supervisor)."""
+def _supervisor_hosts_problems(nodes: Sequence[str], supervisors: Sequence[str]) -> list[str]:
+    """A host of the supervisors group (a login or management node: a training container without cards, docs/
+    inventory.md) is no training node: one listed in both groups would be planned on and checked as a node."""
+    both = [host for host in supervisors if host in nodes]
+    if not both:
+        return []
+    return [
+        f"inventory: {', '.join(both)} is in both the nodes and the supervisors group: a supervisors host gets no "
+        "rank and no card check; keep it in one group (nodes: it may still run a supervisor with -e supervisor_host)"
+    ]
+
+
+def _supervisor_host(nodes: Sequence[str], supervisors: Sequence[str], out: Verdict) -> None:
+    """-e supervisor_host names a node of the inventory, or a host of its supervisors group (its training
+    container runs the supervisor)."""
     host = out.options.get("supervisor_host")
-    if host and host not in nodes:
-        near = schema.nearest(host, nodes, {})
+    hosts = [*nodes, *supervisors]
+    if host and host not in hosts:
+        near = schema.nearest(host, hosts, {})
         hint = f"; did you mean {near}?" if near else ""
+        groups = f"nodes ({', '.join(nodes)})" + (f" or supervisors ({', '.join(supervisors)})" if supervisors else "")
         out.problems.append(
-            f"-e supervisor_host={host}: not a node of the inventory's nodes group ({', '.join(nodes)}){hint}: the "
-            "supervisor runs in a provisioned node's training container; name one of them, or drop it (the master's)"
+            f"-e supervisor_host={host}: not a host of the inventory's {groups} group{hint}: the supervisor runs in "
+            "a provisioned training container; name one of them, or drop it (the master's)"
         )
 
 

@@ -14,25 +14,29 @@ RUN_JOB, CARDS_JOB = "trainops-run", "trainops-cards"
 
 
 def prometheus_config(base: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], *, metrics_port: int,
-                      card_metrics_port: int, scrape_interval_s: int, alertmanager: str,
-                      rules: str) -> dict[str, Any]:  # fmt: skip
+                      card_metrics_port: int, scrape_interval_s: int, alertmanager: str, rules: str,
+                      supervisors: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:  # fmt: skip
     """``base`` with every node of ``nodes`` (``{name, addr}``) as a target: of the run job on ``metrics_port``
-    (any node may hold a run's supervisor: the master, -e supervisor_host, or the node status.yml moved it to) and
-    of the cards job on ``card_metrics_port`` (a port of 0 leaves its job out); the scrape and rule intervals; the
-    Alertmanager's address; the rules file's path."""
+    (any node may hold a run's supervisor: the master, -e supervisor_host, or the node status.yml moved it to), with
+    every host of the supervisors group (``{name, node_addr or ansible_host}``: they hold no card), and of the cards
+    job on ``card_metrics_port`` (a port of 0 leaves its job out); the scrape and rule intervals; the Alertmanager's
+    address; the rules file's path."""
     config = copy.deepcopy(dict(base))
     interval = f"{int(scrape_interval_s)}s"
     config["global"] = {**config.get("global", {}), "scrape_interval": interval, "evaluation_interval": interval}
     config["rule_files"] = [rules]
     config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     ports = {RUN_JOB: int(metrics_port), CARDS_JOB: int(card_metrics_port)}
+    addrs = {RUN_JOB: [node["addr"] for node in nodes]
+                      + [host.get("node_addr") or host.get("ansible_host") or host["name"] for host in supervisors],
+             CARDS_JOB: [node["addr"] for node in nodes]}  # fmt: skip
     jobs = []
     for job in config.get("scrape_configs", []):
         port = ports.get(job["job_name"])
         if port == 0:
             continue
         if port is not None:
-            job = {**job, "static_configs": [{"targets": [f"{node['addr']}:{port}" for node in nodes]}]}
+            job = {**job, "static_configs": [{"targets": [f"{addr}:{port}" for addr in addrs[job["job_name"]]]}]}
         jobs.append(job)
     config["scrape_configs"] = jobs
     return config

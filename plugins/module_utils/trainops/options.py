@@ -266,8 +266,9 @@ OPTIONS: dict[str, Option] = {
            False, docs="docs/checkpoints.md"),
         _o("stop_grace", "int", "Seconds between SIGTERM and SIGKILL when a run is stopped.", ("train", "stop"), 30,
            minimum=0, docs="docs/train.md", extra={"slurm_default": 20}),
-        _o("supervisor_host", "str", "train.yml: the node of the inventory whose training container runs the run's "
-           "supervisor (unset: the master's), for example a spare that gets no rank. status.yml: move the supervision "
+        _o("supervisor_host", "str", "train.yml: the node of the inventory, or the host of its supervisors group (a "
+           "login node), whose training container runs the run's supervisor (unset: the master's), for example a "
+           "spare that gets no rank. status.yml: move the supervision "
            "of each run whose supervisor's node does not answer to this node (the run's master, which holds a copy "
            "of its record).", ("train", "status"), docs="docs/train.md"),
         _o("metrics_port", "int", "The TCP port on which the run's supervisor serves the run's metrics to "

@@ -15,7 +15,10 @@ def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:
     def bandwidth(value: Any) -> str:
         return "-" if value is None else f"{float(value):.4g}"
 
-    def data(sizes: Mapping[str, Any]) -> str:
+    def data(row: Mapping[str, Any]) -> str:
+        sizes = row.get("data") or {}
+        if row.get("supervisors_host"):
+            return "supervisors host"
         if not sizes:
             return "not checked"
         return "MISSING" if any(v is None for v in sizes.values()) else "ok"
@@ -38,7 +41,7 @@ def provision_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 ",".join(row.get("card_names") or []) or "-",
                 bandwidth(row.get("busbw_node_gbps")),
                 bandwidth(row.get("busbw_cluster_gbps")),
-                data(row.get("data") or {}),
+                data(row),
             )
         )
     served = [f"{row['node']} {row['card_metrics']}" for row in rows if row.get("card_metrics")]
@@ -55,10 +58,11 @@ def write_provision_report(directory: str, timestamp: str, rows: Sequence[Mappin
     return path
 
 
-def provision_rows(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def provision_rows(nodes: Sequence[Mapping[str, Any]], supervisors: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One report row per node from what provision.yml's roles found on it: ``name``, ``ansible_host``,
     ``container_facts``, ``container_ssh_port``, ``accelerator_facts``, ``collective_results``, ``dataset_sizes``,
-    ``card_exporter_url`` (each may be missing on a node that failed early)."""
+    ``card_exporter_url`` (each may be missing on a node that failed early). ``supervisors``: the names among them
+    of the supervisors group's hosts (a container without cards that can run a supervisor; no card, no data)."""
     rows = []
     for node in nodes:
         container = node.get("container_facts") or {}
@@ -80,6 +84,7 @@ def provision_rows(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "collective": collective,
                 "data": node.get("dataset_sizes") or {},
                 "card_metrics": node.get("card_exporter_url") or None,
+                "supervisors_host": node["name"] in supervisors,
             }
         )
     return rows
