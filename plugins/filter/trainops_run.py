@@ -150,6 +150,45 @@ def provenance(hosts: Sequence[Mapping[str, Any]], project_dir: str, node_packag
     return provenance_core.record(provenance_core.bundle_version(project_dir), node_package, stacks, launch_env)
 
 
+def unrecorded_runs(
+    runs_dir: str, hosts: Sequence[Mapping[str, Any]], supervisors: Sequence[str], window_days: float
+) -> list[dict[str, Any]]:
+    """The runs this controller launched whose end no terminal followed (trainops.run_report.unrecorded_runs)."""
+    return run_report_core.unrecorded_runs(runs_dir, hosts, supervisors, time.time(), float(window_days))
+
+
+def unrecorded_plans(reads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """status_unfollowed.yml's plan reads (each: ``item`` an :func:`unrecorded_runs` entry, ``stdout`` the plan on
+    its master) as status_probe.yml's are shaped: ``item`` the run's directory, ``stdout`` its plan, with ``run``
+    and ``supervisor`` (the plan's there: a moved supervision's host, else the one it was started on). A run whose
+    plan could not be read there (its master silent, its directory gone) is left for a later status.yml."""
+    plans = []
+    for read in reads:
+        run = read.get("item") or {}
+        try:
+            plan = json.loads(read.get("stdout") or "")
+        except ValueError:
+            continue
+        if read.get("rc") == 0 and isinstance(plan, dict) and plan.get("run_dir") == run.get("run_dir"):
+            plans.append({"item": run["run_dir"], "stdout": read["stdout"], "run": run.get("run"),
+                          "supervisor": plan.get("supervisor") or run.get("supervisor")})  # fmt: skip
+    return plans
+
+
+def ended_unrecorded(asked: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Of status_unfollowed.yml's supervisor answers (each: ``item`` an :func:`unrecorded_plans` entry, ``stdout``
+    supervise.py status's JSON), the runs that have ended on that host (not one whose supervision moved away)."""
+    ended = []
+    for answer in asked:
+        try:
+            said = json.loads(answer.get("stdout") or "")
+        except ValueError:
+            continue
+        if isinstance(said, dict) and said.get("ended") and not said.get("superseded") and said.get("attempt"):
+            ended.append(answer["item"])
+    return ended
+
+
 class FilterModule:
     """mtt-train-ops filters: a run's watch options and the texts of its outcome."""
 
@@ -169,6 +208,9 @@ class FilterModule:
             "trainops_left_out": left_out,
             "trainops_incident_line": incidents_core.line,
             "trainops_report_run": report_run,
+            "trainops_unrecorded_runs": unrecorded_runs,
+            "trainops_unrecorded_plans": unrecorded_plans,
+            "trainops_ended_unrecorded": ended_unrecorded,
             "trainops_run_record": run_record,
             "trainops_new_run_id": identity_core.new_run_id,
             "trainops_claim_run_dir": identity_core.claim_run_dir,

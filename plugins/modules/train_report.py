@@ -83,7 +83,7 @@ import time  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.trainops import incidents, records  # noqa: E402
 from ansible.module_utils.trainops.megatron_log import LogPathError  # noqa: E402
-from ansible.module_utils.trainops.run_report import write_report  # noqa: E402
+from ansible.module_utils.trainops.run_report import INCIDENTS_RECORDED, write_report  # noqa: E402
 
 
 def main() -> None:
@@ -112,6 +112,11 @@ def main() -> None:
         found += incidents.read(os.path.join(p["run_dir"], incidents.HEALTH_FILE))[0]
         try:
             added, said = incidents.record(p["incidents_file"], found, time.time())
+            # status.yml reports a run whose end no terminal followed until this mark is there
+            records.write_json(
+                os.path.join(p["run_dir"], INCIDENTS_RECORDED),
+                {"time": round(time.time(), 1), "incidents_file": p["incidents_file"], "found": found},
+            )
         except (OSError, records.RecordError) as exc:  # the report stands; the incidents are said, not lost
             told = "; ".join(incidents.line(i) for i in found) or "none"
             said = [f"the run's incidents were not added to {p['incidents_file']}: {exc} (they are: {told})"]

@@ -84,6 +84,8 @@ SITE = {
             },
             # docs/monitoring.md: monitoring.yml's host (docs/inventory.md), on loopback too
             "monitoring": {"hosts": {"mon1": {"ansible_host": "127.0.0.4"}}},
+            # docs/train.md's login node that may run a supervisor (-e supervisor_host=login1), on loopback too
+            "supervisors": {"hosts": {"login1": {"ansible_host": "127.0.0.3"}}},
         },
     }
 }

@@ -13,6 +13,7 @@ import pytest
 
 from testbed import (
     RESET,
+    ROOT,
     controller_ssh,
     docker,
     in_container,
@@ -206,6 +207,18 @@ def test_with_restarts_a_rank_killed_with_no_controller_is_restarted_inside_the_
         assert f"[{node} node {rank}] launch-{node}.sh exited with status 0 (attempt 2)" in out, out
         assert f"[{node} node {rank}] the run's supervisor ended the run after attempt 2" in out, out
     assert f"mtt-train-ops:{exp}/" not in _login("squeue --noheader --format='%k'").stdout
+    # no terminal followed the run to its end: the next status.yml reads its end from the supervisor's record,
+    # reports it and records its incident (attempt 1's killed rank, node2), once
+    caught = playbook("playbooks/status.yml", "-e", "launcher=slurm", timeout=300)
+    assert caught.returncode == 0, caught.stdout[-4000:]
+    assert re.search(rf"run +{exp} / \S+ \(smoke\): finished", caught.stdout), caught.stdout[-4000:]
+    assert re.search(rf"incident +node2: dead_rank, attempt 1 of {exp}/\S+ \(counts against it\)", caught.stdout)
+    # the mark that keeps a later status.yml from reading it again (test_records.py: a marked run is not listed)
+    assert (latest_run(exp) / "incidents-recorded.json").exists()
+    recorded = [json.loads(line) for line in (ROOT / "runs" / "incidents.jsonl").read_text().splitlines()]
+    assert [(i["attempt"], i["node"], i["kind"]) for i in recorded if i["run"].startswith(f"{exp}/")] == [
+        (1, "node2", "dead_rank")
+    ], recorded
     # a report from any terminal: both attempts, from the supervisor's record
     report = playbook("playbooks/report.yml", "-e", f"run={latest_run(exp)}")
     assert report.returncode == 0, report.stdout[-4000:]

@@ -252,3 +252,31 @@ def test_provenance_takes_the_stacks_of_the_nodes_that_hold_one(tmp_path):
     found = FILTERS["trainops_provenance"](hosts, str(tmp_path), "ae69124582e7", {"OMP_NUM_THREADS": "1"})
     assert list(found["nodes"]) == ["node1"] and found["nodes"]["node1"]["image"] == stack["image"]
     assert found["bundle"]["commit"] is None and found["launch_env"] == {"OMP_NUM_THREADS": "1"}
+
+
+def test_status_reads_a_run_whose_end_nobody_followed_only_once_it_has_ended_on_its_supervisors_host():
+    """status_unfollowed.yml: the plan read on the master names the supervisor's host (a moved supervision's);
+    a plan not read (its master silent, its directory gone) waits for a later status.yml; of the supervisors'
+    answers, only the runs that ended there are read (not one still running, moved away, or never supervised)."""
+    unrecorded = {"run": "e/1", "run_dir": "/data/runs/e/1", "master": "node1", "supervisor": "node3"}
+    moved = dict(unrecorded, run="e/2", run_dir="/data/runs/e/2")
+    reads = [
+        {"item": unrecorded, "rc": 0, "stdout": json.dumps({"run_dir": "/data/runs/e/1", "supervisor": "node3"})},
+        {"item": moved, "rc": 0, "stdout": json.dumps({"run_dir": "/data/runs/e/2", "supervisor": "node1"})},
+        {"item": dict(unrecorded, run="e/3", run_dir="/data/runs/e/3"), "rc": 1, "stdout": ""},
+        {"item": dict(unrecorded, run="e/4", run_dir="/data/runs/e/4"), "unreachable": True, "msg": "no route"},
+    ]
+    plans = FILTERS["trainops_unrecorded_plans"](reads)
+    assert [(p["item"], p["run"], p["supervisor"]) for p in plans] == [
+        ("/data/runs/e/1", "e/1", "node3"),
+        ("/data/runs/e/2", "e/2", "node1"),
+    ]
+    assert json.loads(plans[0]["stdout"])["run_dir"] == "/data/runs/e/1"
+    answers = [
+        {"item": plans[0], "stdout": json.dumps({"attempt": 2, "ended": True, "state": "failed"})},
+        {"item": plans[1], "stdout": json.dumps({"attempt": 1, "ended": False, "state": "running"})},
+        {"item": plans[1], "stdout": json.dumps({"ended": True, "superseded": "moved to node2"})},
+        {"item": plans[1], "stdout": json.dumps({"attempt": 0, "run_dir": "/data/runs/e/2"})},
+        {"item": plans[1], "unreachable": True, "msg": "timed out"},
+    ]
+    assert FILTERS["trainops_ended_unrecorded"](answers) == [plans[0]]

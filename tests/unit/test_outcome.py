@@ -174,6 +174,7 @@ def test_provision_rows_from_what_the_roles_found():
         "node": "n2", "address": "n2", "container": "-", "status": "not provisioned", "image": "-",
         "sshd_port": 2222, "cards": "-", "card_names": [], "driver": "", "busbw_node_gbps": None,
         "busbw_cluster_gbps": None, "collective": {}, "data": {}, "card_metrics": None,
+        "supervisors_host": False,
     }  # fmt: skip
 
 

@@ -212,3 +212,40 @@ def test_report_yml_reads_the_runs_plan_defensively_and_against_the_inventory(tm
     (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
     hosts[0]["node_addr"] = "192.168.0.1"
     assert report_run(str(tmp_path), hosts) == {"plan": plan, "problem": ""}
+
+
+def test_status_finds_the_runs_this_controller_launched_whose_incidents_are_not_recorded(tmp_path):
+    """status_unfollowed.yml's list: a run train.yml rendered for a supervisor, on this inventory, within the
+    window, without incidents-recorded.json (train.yml or status.yml writes it once the incidents are recorded)."""
+    import os
+
+    from trainops.run_report import INCIDENTS_RECORDED, unrecorded_runs
+
+    hosts = [{"name": "node1", "ansible_host": "10.0.0.1"}, {"name": "node2", "ansible_host": "10.0.0.2"}]
+    nodes = [{"name": "node1", "addr": "10.0.0.1"}, {"name": "node2", "addr": "10.0.0.2"}]
+
+    def run(exp, run_id, **plan):
+        directory = tmp_path / exp / run_id
+        (directory / "plan").mkdir(parents=True)
+        plan = {"nodes": nodes, "master": "node1", "run_dir": f"/data/runs/{exp}/{run_id}", **plan}
+        (directory / "plan" / "plan.json").write_text(json.dumps(plan))
+        return directory
+
+    now = 1_800_000_000.0
+    run("a", "1", supervisor="node1")
+    run("a", "2", supervisor="login1")  # a supervisors host's
+    run("b", "1")  # plan.yml's, or a train.yml that never rendered: no supervisor
+    (run("b", "2", supervisor="node1") / INCIDENTS_RECORDED).write_text("{}")  # recorded already
+    run("c", "1", supervisor="node1", nodes=[{"name": "node7", "addr": "10.0.0.7"}])  # another inventory's
+    run("c", "2", supervisor="mgmt9")  # its supervisor's host is in no group of this inventory
+    (tmp_path / "stray-file").write_text("")
+    for path in tmp_path.glob("*/*/plan/plan.json"):
+        os.utime(path, (now - 3600, now - 3600))
+    os.utime(tmp_path / "a" / "2" / "plan" / "plan.json", (now - 60, now - 60))
+    assert unrecorded_runs(str(tmp_path), hosts, ["login1"], now, 14) == [
+        {"run": "a/1", "run_dir": "/data/runs/a/1", "master": "node1", "supervisor": "node1"},
+        {"run": "a/2", "run_dir": "/data/runs/a/2", "master": "node1", "supervisor": "login1"},
+    ]
+    # older than the incident window: its incidents would count against no node
+    assert unrecorded_runs(str(tmp_path), hosts, ["login1"], now + 15 * 86400, 14) == []
+    assert unrecorded_runs(str(tmp_path / "none"), hosts, [], now, 14) == []

@@ -251,8 +251,9 @@ OPTIONS: dict[str, Option] = {
            docs="docs/train.md"),
         _o("incident_limit", "int", "Incidents within incident_window_days that leave a node out of the next run "
            "(0: never).", ("plan", "train", "incidents"), 2, minimum=0, docs="docs/incidents.md"),
-        _o("incident_window_days", "float", "The days over which a node's incidents count.",
-           ("plan", "train", "incidents"),
+        _o("incident_window_days", "float", "The days over which a node's incidents count (status.yml: how far back "
+           "it looks for a run whose end no terminal followed, to report it and record its incidents).",
+           ("plan", "train", "incidents", "status"),
            14.0,
            minimum=0.0, above=True, docs="docs/incidents.md"),
         # --- train.yml's checkpoints ------------------------------------------------------------------------------

@@ -623,3 +623,47 @@ def report_run(run_dir: str, hosts: Sequence[Mapping[str, Any]], playbook: str =
             "No node was contacted and nothing was changed."
         ),
     }
+
+
+#: Written into a run's directory on the controller once its incidents are in the site's record (by the terminal
+#: that reported its end: train.yml, or status.yml): the incidents it found, and when.
+INCIDENTS_RECORDED = "incidents-recorded.json"
+
+
+def unrecorded_runs(
+    runs_dir: str, hosts: Sequence[Mapping[str, Any]], supervisors: Sequence[str], now: float, window_days: float
+) -> list[dict[str, Any]]:
+    """The runs this controller launched whose incidents are not in the site's record yet (their end was followed
+    by no terminal: -e wait=false, a train.yml killed): each ``{"run": "<exp>/<run_id>", "run_dir": the run's
+    directory on the nodes, "supervisor": the host its supervisor was started on}``, oldest first. A run counts
+    when train.yml rendered it for a supervisor (its plan names ``supervisor``) within ``window_days`` (older
+    incidents count against no node), it was planned for this inventory's nodes (``hosts``, as
+    :func:`report_run`) and its supervisor's host is one of them or of ``supervisors``, and its directory holds no
+    :data:`INCIDENTS_RECORDED`."""
+    found = []
+    try:
+        experiments = sorted(os.listdir(runs_dir))
+    except OSError:
+        return []
+    names = {str(h["name"]) for h in hosts} | {str(s) for s in supervisors}
+    for exp in experiments:
+        try:
+            run_ids = sorted(os.listdir(os.path.join(runs_dir, exp)))
+        except OSError:
+            continue
+        for run_id in run_ids:
+            run_dir = os.path.join(runs_dir, exp, run_id)
+            plan_path = os.path.join(run_dir, "plan", "plan.json")
+            try:
+                recent = now - os.path.getmtime(plan_path) <= window_days * 86400
+            except OSError:
+                continue
+            if not recent or os.path.exists(os.path.join(run_dir, INCIDENTS_RECORDED)):
+                continue
+            read = report_run(run_dir, hosts)
+            plan = read["plan"]
+            if read["problem"] or not plan.get("supervisor") or plan["supervisor"] not in names:
+                continue
+            found.append({"run": f"{exp}/{run_id}", "run_dir": plan.get("run_dir"), "master": plan.get("master"),
+                          "supervisor": plan["supervisor"], "mtime": os.path.getmtime(plan_path)})  # fmt: skip
+    return [{k: v for k, v in run.items() if k != "mtime"} for run in sorted(found, key=lambda r: r["mtime"])]
