@@ -166,6 +166,10 @@ def test_the_controller_reset_cut_and_killed_mid_run_stops_nothing_and_status_ta
             # the reset is real: the controller's own SSH to node1 is refused meanwhile
             refused = playbook("playbooks/status.yml", timeout=120)
             assert refused.returncode != 0 and "node1" in refused.stdout, refused.stdout[-3000:]
+            # and it says how to look at the runs meanwhile: leave the silent nodes out (the reset is of every node)
+            assert "leave the silent ones out: --limit 'localhost,all,!node1,!node2'" in " ".join(
+                refused.stdout.split()
+            ), refused.stdout[-3000:]
             time.sleep(10)  # and the status.yml above: the reset lasts more than 10 s in all
         wait_for(lambda: "the master answers again" in log.read_text(), "contact again", job, log)
         output = log.read_text()
