@@ -58,6 +58,15 @@ def stop_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return outcome_core.stop_lines(nodes)
 
 
+def _reply_json(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A task result's stdout as the JSON object a node program printed; None when it printed none (failed, silent)."""
+    try:
+        read = json.loads(result.get("stdout") or "")
+    except ValueError:
+        return None
+    return read if isinstance(read, dict) else None
+
+
 def status_text(
     probes: Sequence[Mapping[str, Any]], supervisors: Sequence[Mapping[str, Any]] | None = None, master: str = ""
 ) -> str:
@@ -69,18 +78,14 @@ def status_text(
     seen, hosts, masters = {}, {}, {}
     for reply in supervisors or []:
         run_dir = (reply.get("item") or {}).get("item")
-        try:
-            plan = json.loads((reply.get("item") or {}).get("stdout") or "{}")
-        except ValueError:
-            plan = {}
+        plan = _reply_json(reply.get("item") or {}) or {}
         hosts[run_dir], masters[run_dir] = plan.get("supervisor") or plan.get("master") or master, plan.get("master")
         if reply.get("unreachable"):
             standby = watch_core.standby_node(plan) if plan.get("master") and plan.get("nodes") else None
             seen[run_dir] = {"silent": outcome_core.connection_error(reply.get("msg")), "standby": standby}
             continue
-        try:
-            answer = json.loads(reply.get("stdout") or "")
-        except ValueError:
+        answer = _reply_json(reply)
+        if answer is None:
             continue
         seen[answer.get("run_dir") or run_dir] = answer
     runs = [{"run_dir": probe["item"]["item"], "watch": probe["watch"]} for probe in probes]
@@ -98,10 +103,7 @@ def moved_text(moves: Sequence[Mapping[str, Any]], node: str) -> str:
     dir, ``stdout``: supervise.py move's JSON), one per run whose supervision moved to ``node``."""
     runs = []
     for one in moves:
-        try:
-            answer = json.loads(one.get("stdout") or "{}")
-        except ValueError:
-            continue
+        answer = _reply_json(one) or {}
         if answer.get("pid"):
             runs.append(dict(answer, run_dir=one["item"]["item"]["item"], to=node))
     return outcome_core.moved_text(runs)
@@ -164,12 +166,8 @@ def unrecorded_plans(reads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     plan could not be read there (its master silent, its directory gone) is left for a later status.yml."""
     plans = []
     for read in reads:
-        run = read.get("item") or {}
-        try:
-            plan = json.loads(read.get("stdout") or "")
-        except ValueError:
-            continue
-        if read.get("rc") == 0 and isinstance(plan, dict) and plan.get("run_dir") == run.get("run_dir"):
+        run, plan = read.get("item") or {}, _reply_json(read)
+        if read.get("rc") == 0 and plan is not None and plan.get("run_dir") == run.get("run_dir"):
             plans.append({"item": run["run_dir"], "stdout": read["stdout"], "run": run.get("run"),
                           "supervisor": plan.get("supervisor") or run.get("supervisor")})  # fmt: skip
     return plans
@@ -180,11 +178,8 @@ def ended_unrecorded(asked: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     supervise.py status's JSON), the runs that have ended on that host (not one whose supervision moved away)."""
     ended = []
     for answer in asked:
-        try:
-            said = json.loads(answer.get("stdout") or "")
-        except ValueError:
-            continue
-        if isinstance(said, dict) and said.get("ended") and not said.get("superseded") and said.get("attempt"):
+        said = _reply_json(answer) or {}
+        if said.get("ended") and not said.get("superseded") and said.get("attempt"):
             ended.append(answer["item"])
     return ended
 

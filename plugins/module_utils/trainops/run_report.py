@@ -655,15 +655,15 @@ def unrecorded_runs(
             run_dir = os.path.join(runs_dir, exp, run_id)
             plan_path = os.path.join(run_dir, "plan", "plan.json")
             try:
-                recent = now - os.path.getmtime(plan_path) <= window_days * 86400
+                planned_at = os.path.getmtime(plan_path)
             except OSError:
                 continue
-            if not recent or os.path.exists(os.path.join(run_dir, INCIDENTS_RECORDED)):
+            if now - planned_at > window_days * 86400 or os.path.exists(os.path.join(run_dir, INCIDENTS_RECORDED)):
                 continue
             read = report_run(run_dir, hosts)
             plan = read["plan"]
             if read["problem"] or not plan.get("supervisor") or plan["supervisor"] not in names:
                 continue
-            found.append({"run": f"{exp}/{run_id}", "run_dir": plan.get("run_dir"), "master": plan.get("master"),
-                          "supervisor": plan["supervisor"], "mtime": os.path.getmtime(plan_path)})  # fmt: skip
-    return [{k: v for k, v in run.items() if k != "mtime"} for run in sorted(found, key=lambda r: r["mtime"])]
+            found.append((planned_at, {"run": f"{exp}/{run_id}", "run_dir": plan.get("run_dir"),
+                                       "master": plan.get("master"), "supervisor": plan["supervisor"]}))  # fmt: skip
+    return [run for _, run in sorted(found, key=lambda pair: pair[0])]
