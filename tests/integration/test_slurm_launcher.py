@@ -159,8 +159,12 @@ def test_with_restarts_a_rank_killed_with_no_controller_is_restarted_inside_the_
     _clean(exp)
     log = tmp_path / "train.out"
     supervisor = f"/data/mtt-train-ops/runs/{exp}/*/supervisor"
-    job = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", "-e", "train_iters=2400", "-e",
-                              "max_restarts=1", *SLURM, output=log)  # fmt: skip
+    # overridden, and why: train_iters so that attempt 1 outlasts the reset and the kills (about 1,000 of its
+    # iterations here), a save every 100 so that attempt 2 resumes near where attempt 1 was killed and trains only
+    # the rest, to the end the test waits for
+    job = train_in_background("-e", f"exp={exp}", "-e", "fresh=true", "-e", "train_iters=2000", "-e",
+                              "max_restarts=1", "-e", json.dumps({"training": {"save_interval": 100}}), *SLURM,
+                              output=log)  # fmt: skip
     try:
         wait_for_iterations(exp, count=20)
         with controller_ssh(RESET):

@@ -121,7 +121,7 @@ def test_a_spare_takes_the_place_of_a_hung_ranks_node_in_the_elastic_restart(thr
     exp = "spare-hang"
     _clean(exp)
     inventory = inventory_copy(tmp_path, node3={"spare": True})
-    job = train_in_background("-e", "train_iters=400", "-e", f"exp={exp}", "-e", "max_restarts=1",
+    job = train_in_background("-e", "train_iters=200", "-e", f"exp={exp}", "-e", "max_restarts=1",
                               "-e", "elastic=true", "-e", "hang_timeout=15", "-e", f"health_dir={tmp_path / 'health'}",
                               "-e", json.dumps({"training": {"save_interval": 5}}), inventory=inventory)  # fmt: skip
     try:
@@ -141,7 +141,7 @@ def test_a_spare_takes_the_place_of_a_hung_ranks_node_in_the_elastic_restart(thr
     assert change.group(1).endswith("node3 (a spare) takes a place"), change.group(1)
     run_dir = latest_run(exp)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["state"] == "finished" and summary["last_iteration"] == 400
+    assert summary["state"] == "finished" and summary["last_iteration"] == 200
     first = summary["attempts"][0]
     assert (first["kind"], first["node"], first["rank"]) == ("hang", "node2", 2)
     plan = json.loads((run_dir / "plan" / "plan.json").read_text())
