@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: validate a Megatron-LM layout and derive the whole launch plan."""
+"""Documentation of the megatron_layout action plugin (plugins/action/megatron_layout.py); the plugin does the work."""
 
 from __future__ import annotations
 
@@ -184,26 +184,3 @@ problems:
   type: list
   elements: str
 """
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402  (after the documentation, as Ansible expects)
-from ansible.module_utils.trainops.errors import PlanError  # noqa: E402
-from ansible.module_utils.trainops.plan import make_plan  # noqa: E402
-from ansible.module_utils.trainops.plan_request import PlanRequest  # noqa: E402
-
-
-def main() -> None:
-    # the options, their types, defaults and choices: PlanRequest's fields (DOCUMENTATION is held to them by a test)
-    module = AnsibleModule(argument_spec=PlanRequest.argument_spec(), supports_check_mode=True)
-    try:
-        plan = make_plan(PlanRequest.from_options(module.params))
-    except PlanError as exc:
-        module.fail_json(
-            msg=f"the layout is refused ({len(exc.problems)} problem(s)); nothing was written:\n{exc}",
-            problems=exc.problems,
-        )
-    # the request as given: the run's supervisor plans an elastic re-plan on the cluster from it (trainops.lifecycle)
-    module.exit_json(changed=False, plan=plan, request=module.params)
-
-
-if __name__ == "__main__":
-    main()

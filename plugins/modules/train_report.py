@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: parse a collected run and write its report (metrics, memory, summary, plots)."""
+"""Documentation of the train_report action plugin (plugins/action/train_report.py); the plugin does the work."""
 
 from __future__ import annotations
 
@@ -76,61 +76,3 @@ incidents:
   type: list
   elements: dict
 """
-
-import os  # noqa: E402
-import time  # noqa: E402
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.trainops import incidents, records  # noqa: E402
-from ansible.module_utils.trainops.megatron_log import LogPathError  # noqa: E402
-from ansible.module_utils.trainops.run_report import INCIDENTS_RECORDED, write_report  # noqa: E402
-
-
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "run_dir": {"type": "path", "required": True},
-            "plan": {"type": "dict", "required": True},
-            "incident": {"type": "dict"},
-            "straggler_ratio": {"type": "float", "default": 1.2},
-            "incidents_file": {"type": "path"},
-        },
-        supports_check_mode=False,
-    )
-    p = module.params
-    if not os.path.isdir(p["run_dir"]):
-        module.fail_json(msg=f"{p['run_dir']}: no such run directory on the controller")
-    try:
-        summary = write_report(p["run_dir"], p["plan"], p["incident"], p["straggler_ratio"])
-    except (LogPathError, OSError) as exc:
-        module.fail_json(msg=f"cannot write the report of {p['run_dir']}: {exc}")
-    added = []
-    if p["incidents_file"]:
-        run = f"{p['plan']['exp_name']}/{p['plan']['run_id']}"
-        found = incidents.from_run(run, summary.get("attempts") or [], summary, summary.get("nodes_missing") or [])
-        # the nodes the run's supervisor found sick after an attempt (its state, collected into the run's directory)
-        found += incidents.read(os.path.join(p["run_dir"], incidents.HEALTH_FILE))[0]
-        try:
-            added, said = incidents.record(p["incidents_file"], found, time.time())
-            # status.yml reports a run whose end no terminal followed until this mark is there
-            records.write_json(
-                os.path.join(p["run_dir"], INCIDENTS_RECORDED),
-                {"time": round(time.time(), 1), "incidents_file": p["incidents_file"], "found": found},
-            )
-        except (OSError, records.RecordError) as exc:  # the report stands; the incidents are said, not lost
-            told = "; ".join(incidents.line(i) for i in found) or "none"
-            said = [f"the run's incidents were not added to {p['incidents_file']}: {exc} (they are: {told})"]
-        for warning in said:
-            module.warn(warning)
-    module.exit_json(
-        changed=True,
-        summary=summary,
-        table=summary["table"],
-        failure=summary["failure_text"],
-        state=summary["state"],
-        incidents=added,
-    )
-
-
-if __name__ == "__main__":
-    main()

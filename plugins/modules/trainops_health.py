@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: judge every node's health from the facts roles/health_check gathered, and record it."""
+"""Documentation of the trainops_health action plugin (plugins/action/trainops_health.py); the plugin does the work."""
 
 from __future__ import annotations
 
@@ -87,56 +87,3 @@ path:
   returned: success
   type: str
 """
-
-import os  # noqa: E402
-import time  # noqa: E402
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.trainops import health, incidents, records  # noqa: E402
-
-
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "facts": {"type": "dict", "required": True},
-            "expected": {"type": "dict", "default": {}},
-            "health_dir": {"type": "path", "required": True},
-            "incidents_file": {"type": "str", "default": ""},
-            "level": {"type": "str", "default": "quick", "choices": list(health.LEVELS)},
-            "max_age_h": {"type": "float", "default": 0.0},
-            "context": {"type": "str", "default": "health.yml"},
-            "policy": {"type": "str", "default": "exclude", "choices": list(health.POLICIES)},
-            "use_nodes": {"type": "list", "elements": "str", "default": []},
-        },
-        supports_check_mode=False,
-    )
-    p = module.params
-    now = time.time()
-    warnings: list[str] = []  # a damaged record read or written, each named
-    try:
-        nodes = list(p["facts"])
-        max_age_s = p["max_age_h"] * 3600 if p["level"] == "quick" else 0
-        carried = health.carried_full(p["health_dir"], nodes, now, max_age_s, warnings)
-        last = health.last_checked(p["health_dir"], nodes, warnings)
-        verdicts = health.judge(p["facts"], p["expected"], last, carried)
-        path = health.record(p["health_dir"], p["level"], verdicts, p["facts"], now, p["context"])
-    except OSError as exc:
-        module.fail_json(msg=f"{p['health_dir']}: {exc}")
-    if p["incidents_file"]:
-        name = os.path.relpath(os.path.dirname(path), os.path.dirname(os.path.abspath(p["health_dir"])))
-        found = health.incidents(verdicts, name, path, now)
-        try:
-            warnings += incidents.record(p["incidents_file"], found, now)[1]
-        except (OSError, records.RecordError) as exc:  # the verdicts stand; the incidents are said, not lost
-            told = "; ".join(incidents.line(i) for i in found)
-            warnings.append(f"the sick nodes' incidents were not added to {p['incidents_file']}: {exc} ({told})")
-    for warning in dict.fromkeys(warnings):  # a record read twice is named once
-        module.warn(warning)
-    left_out = {n: why for n, why in health.left_out(verdicts, p["policy"]).items() if n not in p["use_nodes"]}
-    reasons = {n: verdicts[n]["reason"] for n in left_out}
-    module.exit_json(changed=False, verdicts=verdicts, lines=health.lines(verdicts), left_out=left_out,
-                     reasons=reasons, path=path)  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()

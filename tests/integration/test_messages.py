@@ -233,7 +233,8 @@ def test_a_problem_is_said_once_even_when_the_inventory_repeats_it(outputs):
 def test_verbose_shows_ansibles_whole_report(outputs):
     status, output = outputs["verbose"]
     assert status != 0
-    assert "[ERROR]: Task failed: Module failed: the layout is refused" in output and "Origin:" in output, output
+    # the planner is an action plugin (plugins/action/megatron_layout.py)
+    assert "[ERROR]: Task failed: Action failed: the layout is refused" in output and "Origin:" in output, output
     assert "FAILED! =>" in output and "problems:" in output and "^ column" in output, output
 
 
