@@ -5,13 +5,7 @@
 #    (docker.io, debootstrap, the small tools the build and bring-up use, and Prometheus' promtool and
 #    Alertmanager's amtool for the monitoring files' tests);
 #  - starts dockerd when `docker info` does not answer (with systemd where it runs, else by hand, as in CI,
-#    logging to /var/log/dockerd-testbed.log) and waits until it answers;
-#  - where docker keeps its containers' cgroups itself (cgroup v1, the cgroupfs driver), makes the CPU cgroup the
-#    node containers run in, /mtt-testbed, with a CPU weight of 128 (a process of this host's own weighs 1024):
-#    in a real cluster the controller is another machine, and here its playbooks share two cores with the nodes'
-#    ranks, which train flat out. With this weight a playbook gets the CPU it asks for first (status.yml during a
-#    smoke run: 13.1 s -> 10.0 s, benchmarks/RESULTS.md) and the ranks take the rest. testbed/up.yml puts the
-#    node containers there when it exists.
+#    logging to /var/log/dockerd-testbed.log) and waits until it answers.
 #
 # Usage: sudo testbed/host-setup.sh
 # Env:   DOCKERD_LOG (default /var/log/dockerd-testbed.log)
@@ -30,8 +24,6 @@ readonly PACKAGES=(
 )
 readonly DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd-testbed.log}"
 readonly DOCKERD_WAIT_S="${DOCKERD_WAIT_S:-60}"
-readonly NODE_CGROUP=mtt-testbed # testbed/vars.yml: testbed_node_cgroup
-readonly NODE_CPU_SHARES=128
 
 log() { printf '[host-setup] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -88,17 +80,5 @@ start_dockerd() {
   log "dockerd answers (after ${waited}s)"
 }
 
-# The node containers' CPU cgroup (cgroup v1 and docker's cgroupfs driver only; elsewhere they stay in docker's own).
-make_node_cgroup() {
-  local dir=/sys/fs/cgroup/cpu/${NODE_CGROUP}
-  [[ $(docker info --format '{{.CgroupDriver}} {{.CgroupVersion}}' 2>/dev/null) == "cgroupfs 1" ]] || return 0
-  if mkdir -p "${dir}" 2>/dev/null && echo "${NODE_CPU_SHARES}" >"${dir}/cpu.shares" 2>/dev/null; then
-    log "node containers' CPU cgroup: /${NODE_CGROUP} (cpu.shares ${NODE_CPU_SHARES})"
-  else
-    log "no CPU cgroup of their own for the node containers (${dir} cannot be made): they stay in docker's"
-  fi
-}
-
 install_missing_packages
 start_dockerd
-make_node_cgroup

@@ -3,9 +3,8 @@
 # machine's CPUs are used while the testbed's tests wait on real time (hang timeouts, Slurm's timers, a link cut).
 #
 #   1. `make lint`, then the tests that need no testbed (pytest -m "not testbed and not standin"), in the background
-#      at a low CPU priority: their own session (autogroup) at nice 19 and nice 10, so that they take the CPU the
-#      testbed phases leave idle and yield it to the node containers (CPU weight 128 in their cgroup, host-setup.sh)
-#      and to the testbed tests' own playbooks.
+#      at a low CPU priority: their own session (autogroup) and nice both at 10, so that they take the CPU the
+#      testbed phases leave idle and yield it to the node containers and to the testbed tests' own playbooks.
 #   2. The molecule scenario from no testbed (destroy, then create, converge, idempotence, verify) with the
 #      testbed left up at its end (--destroy=never).
 #   3. The testbed's tests (-m testbed), one at a time, on the testbed molecule converged
@@ -47,7 +46,7 @@ standin_tests() {
 
 # Phases 1 and 4 (when 4 runs in the background), in their own session, at a low priority.
 if [[ ${1:-} == --background ]]; then
-    echo 19 >/proc/self/autogroup 2>/dev/null
+    echo 10 >/proc/self/autogroup 2>/dev/null
     renice -n 10 $$ >/dev/null
     # shellcheck disable=SC2086 # PARALLEL holds pytest's options, split on purpose
     make --no-print-directory lint && "${BIN}/pytest" -q -m "not testbed and not standin" ${PARALLEL} --durations=10 tests
